@@ -1,0 +1,383 @@
+"""Simulated NVML: per-device queries.
+
+Each function receives the `Target` its handle names; the library has already refused
+calls on lost GPUs, on MIG handles that NVML does not serve, and on functions the
+scenario marks unsupported for the device.
+"""
+
+import ctypes
+
+import pynvml
+
+from .abi import nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
+from .device_model import MIB
+
+OK = pynvml.NVML_SUCCESS
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+CLOCK_KINDS = {
+    pynvml.NVML_CLOCK_GRAPHICS: "graphics",
+    pynvml.NVML_CLOCK_SM: "sm",
+    pynvml.NVML_CLOCK_MEM: "memory",
+    pynvml.NVML_CLOCK_VIDEO: "video",
+}
+ARCHITECTURES = {
+    "kepler": pynvml.NVML_DEVICE_ARCH_KEPLER,
+    "maxwell": pynvml.NVML_DEVICE_ARCH_MAXWELL,
+    "pascal": pynvml.NVML_DEVICE_ARCH_PASCAL,
+    "volta": pynvml.NVML_DEVICE_ARCH_VOLTA,
+    "turing": pynvml.NVML_DEVICE_ARCH_TURING,
+    "ampere": pynvml.NVML_DEVICE_ARCH_AMPERE,
+    "ada": pynvml.NVML_DEVICE_ARCH_ADA,
+    "hopper": pynvml.NVML_DEVICE_ARCH_HOPPER,
+    "blackwell": pynvml.NVML_DEVICE_ARCH_BLACKWELL,
+}
+
+
+def _string(buffer, size, text):
+    return OK if put_string(buffer, size, text) else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+
+
+# --- identity ----------------------------------------------------------------------
+
+
+@nvml("hpu")
+def nvmlDeviceGetUUID(sim, target, buffer, size):
+    return _string(buffer, size, target.mig.spec.uuid if target.mig else target.device.spec.uuid)
+
+
+@nvml("hpu")
+def nvmlDeviceGetName(sim, target, buffer, size):
+    name = target.device.spec["name"]
+    if target.mig:
+        name = f"{name} MIG {target.mig.spec.profile}"
+    return _string(buffer, size, name)
+
+
+@nvml("hp")
+def nvmlDeviceGetPciInfo_v3(sim, target, out):
+    info = struct_at(pynvml.nvmlPciInfo_t, out)
+    bus_id = target.device.spec.pci_bus_id
+    domain, bus, rest = bus_id.split(":")
+    info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    info.pciDeviceId = target.device.spec.get("pci_device_id", 0x233010DE)
+    info.busId = bus_id.encode()
+    info.busIdLegacy = bus_id[4:].encode()
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetArchitecture(sim, target, out):
+    put_uint(out, ARCHITECTURES[target.device.spec["architecture"]])
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetMinorNumber(sim, target, out):
+    put_uint(out, target.device.spec.get("minor_number", target.device.index))
+    return OK
+
+
+# --- utilization -------------------------------------------------------------------
+
+
+@nvml("hp")
+def nvmlDeviceGetUtilizationRates(sim, target, out):
+    util = target.device.utilization(sim.now())
+    rates = struct_at(pynvml.c_nvmlUtilization_t, out)
+    rates.gpu = int(round(util))
+    rates.memory = int(round(util * target.device.spec.load.get("memory_bandwidth_share", 0.55)))
+    return OK
+
+
+def _codec(sim, target, out, period, key):
+    share = target.device.spec.load.get(key)
+    if share is None:
+        return NOT_SUPPORTED
+    put_uint(out, int(share * target.device.utilization(sim.now()) / 100))
+    put_uint(period, 167000)
+    return OK
+
+
+@nvml("hpp")
+def nvmlDeviceGetEncoderUtilization(sim, target, out, period):
+    return _codec(sim, target, out, period, "encoder")
+
+
+@nvml("hpp")
+def nvmlDeviceGetDecoderUtilization(sim, target, out, period):
+    return _codec(sim, target, out, period, "decoder")
+
+
+# --- memory ------------------------------------------------------------------------
+
+
+def _memory(sim, target):
+    if target.mig:
+        total = target.mig.spec.memory_mib * MIB
+        return total, 0, target.mig.memory_used(sim.now())
+    spec = target.device.spec
+    return spec["memory_mib"] * MIB, spec.get("reserved_mib", 0) * MIB, target.device.memory_used(sim.now())
+
+
+@nvml("hp")
+def nvmlDeviceGetMemoryInfo(sim, target, out):
+    total, reserved, used = _memory(sim, target)
+    info = struct_at(pynvml.c_nvmlMemory_t, out)
+    # The v1 struct folds reserved memory into "used".
+    info.total, info.used, info.free = total, used + reserved, total - used - reserved
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetMemoryInfo_v2(sim, target, out):
+    total, reserved, used = _memory(sim, target)
+    info = struct_at(pynvml.c_nvmlMemory_v2_t, out)
+    info.total, info.reserved, info.used, info.free = total, reserved, used, total - used - reserved
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetBAR1MemoryInfo(sim, target, out):
+    total = target.device.spec["bar1_mib"] * MIB
+    used = min(total, 2 * MIB + target.device.memory_used(sim.now()) // 64)
+    info = struct_at(pynvml.c_nvmlBAR1Memory_t, out)
+    info.bar1Total, info.bar1Used, info.bar1Free = total, used, total - used
+    return OK
+
+
+# --- thermal and power -------------------------------------------------------------
+
+
+@nvml("hup")
+def nvmlDeviceGetTemperature(sim, target, sensor, out):
+    if sensor != pynvml.NVML_TEMPERATURE_GPU:
+        return NOT_SUPPORTED
+    put_uint(out, target.device.temperature(sim.now()))
+    return OK
+
+
+@nvml("hup")
+def nvmlDeviceGetTemperatureThreshold(sim, target, kind, out):
+    thresholds = {
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown_c",
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown_c",
+    }
+    key = thresholds.get(kind)
+    if key is None or key not in target.device.spec.facts:
+        return NOT_SUPPORTED
+    put_uint(out, target.device.spec[key])
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetFanSpeed(sim, target, out):
+    if not target.device.spec.get("fans"):
+        return NOT_SUPPORTED
+    put_uint(out, target.device.fan_speed(sim.now()))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetPowerUsage(sim, target, out):
+    put_uint(out, target.device.power_mw(sim.now()))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetEnforcedPowerLimit(sim, target, out):
+    put_uint(out, target.device.spec["power_limit_w"] * 1000)
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetTotalEnergyConsumption(sim, target, out):
+    put_ulonglong(out, int(target.device.counters(sim.now())["energy_mj"]))
+    return OK
+
+
+# --- clocks ------------------------------------------------------------------------
+
+
+@nvml("hup")
+def nvmlDeviceGetClockInfo(sim, target, kind, out):
+    put_uint(out, target.device.clock(CLOCK_KINDS[kind], sim.now()))
+    return OK
+
+
+@nvml("hup")
+def nvmlDeviceGetMaxClockInfo(sim, target, kind, out):
+    put_uint(out, target.device.spec["clocks_max"][CLOCK_KINDS[kind]])
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetPerformanceState(sim, target, out):
+    put_uint(out, target.device.performance_state(sim.now()))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetCurrentClocksEventReasons(sim, target, out):
+    put_ulonglong(out, target.device.clock_event_reasons(sim.now()))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetCurrentClocksThrottleReasons(sim, target, out):
+    return nvmlDeviceGetCurrentClocksEventReasons(sim, target, out)
+
+
+# --- PCIe and NVLink ---------------------------------------------------------------
+
+
+@nvml("hup")
+def nvmlDeviceGetPcieThroughput(sim, target, counter, out):
+    direction = "tx" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "rx"
+    put_uint(out, target.device.pcie_kb_per_s(direction, sim.now()))
+    return OK
+
+
+def _pcie(sim, target, out, key):
+    put_uint(out, target.device.pcie_link(sim.now())[key])
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetCurrPcieLinkGeneration(sim, target, out):
+    return _pcie(sim, target, out, "generation")
+
+
+@nvml("hp")
+def nvmlDeviceGetCurrPcieLinkWidth(sim, target, out):
+    return _pcie(sim, target, out, "width")
+
+
+@nvml("hp")
+def nvmlDeviceGetMaxPcieLinkGeneration(sim, target, out):
+    put_uint(out, target.device.spec["pcie"]["generation"])
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetMaxPcieLinkWidth(sim, target, out):
+    put_uint(out, target.device.spec["pcie"]["width"])
+    return OK
+
+
+@nvml("hup")
+def nvmlDeviceGetNvLinkState(sim, target, link, out):
+    if link >= target.device.spec.get("nvlink_links", 0):
+        return NOT_SUPPORTED
+    put_uint(out, int(target.device.nvlink_active(link, sim.now())))
+    return OK
+
+
+# --- row remapping -----------------------------------------------------------------
+
+
+@nvml("hpppp")
+def nvmlDeviceGetRemappedRows(sim, target, corrected, uncorrected, pending, failure):
+    if not target.device.spec.get("row_remapping"):
+        return NOT_SUPPORTED
+    counters = target.device.counters(sim.now())
+    put_uint(corrected, counters["remap_cor"])
+    put_uint(uncorrected, counters["remap_unc"])
+    put_uint(pending, counters["remap_pending"])
+    put_uint(failure, counters["remap_failure"])
+    return OK
+
+
+# --- MIG ---------------------------------------------------------------------------
+
+
+@nvml("hpp")
+def nvmlDeviceGetMigMode(sim, target, current, pending):
+    if not target.device.spec.get("mig_capable"):
+        return NOT_SUPPORTED
+    mode = int(bool(target.device.mig))
+    put_uint(current, mode)
+    put_uint(pending, mode)
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetMaxMigDeviceCount(sim, target, out):
+    if not target.device.spec.get("mig_capable"):
+        return NOT_SUPPORTED
+    put_uint(out, 7)
+    return OK
+
+
+@nvml("hup")
+def nvmlDeviceGetMigDeviceHandleByIndex(sim, target, index, out):
+    if index >= len(target.device.mig):
+        return pynvml.NVML_ERROR_NOT_FOUND
+    put_pointer(out, sim.handle_of(target.device, target.device.mig[index]))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceIsMigDeviceHandle(sim, target, out):
+    put_uint(out, int(target.mig is not None))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(sim, target, out):
+    if target.mig is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    put_pointer(out, sim.handle_of(target.device))
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetGpuInstanceId(sim, target, out):
+    if target.mig is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    put_uint(out, target.mig.spec.gpu_instance_id)
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetComputeInstanceId(sim, target, out):
+    if target.mig is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    put_uint(out, target.mig.spec.compute_instance_id)
+    return OK
+
+
+# --- processes ---------------------------------------------------------------------
+
+
+def _processes(sim, target, count_ptr, array_ptr, kind):
+    now = sim.now()
+    pool = target.mig.processes(now) if target.mig else target.device.processes(now)
+    procs = [p for p in pool if p.get("type", "compute") == kind]
+    capacity = ctypes.c_uint.from_address(count_ptr).value
+    put_uint(count_ptr, len(procs))
+    if not procs:
+        return OK
+    if array_ptr is None or capacity < len(procs):
+        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+    entries = (pynvml.c_nvmlProcessInfo_v2_t * len(procs)).from_address(array_ptr)
+    for entry, proc in zip(entries, procs):
+        entry.pid = proc["pid"]
+        entry.usedGpuMemory = int(proc.get("memory_mib", 0) * MIB)
+        entry.gpuInstanceId = proc.get("gpu_instance_id", 0xFFFFFFFF)
+        entry.computeInstanceId = proc.get("compute_instance_id", 0xFFFFFFFF)
+    return OK
+
+
+@nvml("hpp")
+def nvmlDeviceGetComputeRunningProcesses_v3(sim, target, count_ptr, array_ptr):
+    return _processes(sim, target, count_ptr, array_ptr, "compute")
+
+
+@nvml("hpp")
+def nvmlDeviceGetComputeRunningProcesses_v2(sim, target, count_ptr, array_ptr):
+    return _processes(sim, target, count_ptr, array_ptr, "compute")
+
+
+@nvml("hpp")
+def nvmlDeviceGetMPSComputeRunningProcesses_v3(sim, target, count_ptr, array_ptr):
+    return _processes(sim, target, count_ptr, array_ptr, "mps")

@@ -1,0 +1,231 @@
+"""What a simulated GPU reads at scenario time t.
+
+Gauges follow a slow sine around the device's load with a little deterministic jitter;
+cumulative counters (energy, NVLink bytes) are closed-form integrals of the same curve,
+so they only ever grow and any two reads give a true rate. Faults whose time has come
+change flags, counters and clock-event reasons; none of this keeps mutable state.
+"""
+
+import hashlib
+import math
+from typing import Dict, List, Optional
+
+from .scenario import DeviceSpec, Fault, MigSpec
+
+MIB = 1024 * 1024
+
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+}
+
+# NVLink 4 carries 25 GB/s per direction per link; a busy training job uses a share of it.
+NVLINK_BYTES_PER_S_AT_FULL_LOAD = 0.4 * 25e9
+PCIE_KB_PER_S_AT_FULL_LOAD = 12e6
+
+
+def _jitter(*parts: object) -> float:
+    """A repeatable value in [-1, 1) for the given key."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") / 2**31 - 1.0
+
+
+class LoadCurve:
+    """u(t) = base + amplitude * sin(2*pi*(t + phase) / period), in percent."""
+
+    def __init__(self, load: Dict[str, float], key: object):
+        self.base = float(load.get("utilization", 0))
+        self.amplitude = float(load.get("amplitude", 0))
+        self.period = float(load.get("period", 300))
+        self.phase = float(load.get("phase", 0))
+        self.jitter = float(load.get("jitter", 2 if self.base else 0))
+        self.key = key
+
+    def _omega(self) -> float:
+        return 2 * math.pi / self.period
+
+    def at(self, t: float) -> float:
+        if not self.base and not self.amplitude:
+            return 0.0
+        u = self.base + self.amplitude * math.sin(self._omega() * (t + self.phase))
+        u += self.jitter * _jitter(self.key, int(t))
+        return min(100.0, max(0.0, u))
+
+    def integral(self, t: float) -> float:
+        """Integral of the smooth curve from 0 to t, in percent-seconds."""
+        w = self._omega()
+        swing = self.amplitude / w * (math.cos(w * self.phase) - math.cos(w * (t + self.phase)))
+        return max(0.0, self.base * t + swing)
+
+    def mean(self, t1: float, t2: float) -> float:
+        if t2 <= t1:
+            return self.at(t2)
+        return min(100.0, max(0.0, (self.integral(t2) - self.integral(t1)) / (t2 - t1)))
+
+
+class SimDevice:
+    """One physical GPU of a scenario, with its MIG instances."""
+
+    def __init__(self, spec: DeviceSpec, faults: List[Fault]):
+        self.spec = spec
+        self.index = spec.index
+        self.faults = [f for f in faults if f.device == spec.index]
+        self.load = LoadCurve(spec.load, ("gpu", spec.uuid))
+        self.mig = [SimMigInstance(self, m) for m in spec.mig]
+
+    # --- faults ---------------------------------------------------------------------
+
+    def _active(self, kind: str, now: float) -> List[Fault]:
+        return [f for f in self.faults if f.kind == kind and f.active(now)]
+
+    def _fired(self, kind: str, now: float) -> List[Fault]:
+        return [f for f in self.faults if f.kind == kind and f.at <= now]
+
+    def lost(self, now: float) -> bool:
+        if self._active("gpu_lost", now):
+            return True
+        return any(
+            "lost_for" in f.params and f.at <= now < f.at + f.params["lost_for"]
+            for f in self._fired("xid", now)
+        )
+
+    # --- gauges ---------------------------------------------------------------------
+
+    def utilization(self, now: float) -> float:
+        if self.mig:
+            weights = [m.spec.memory_mib for m in self.mig]
+            return sum(m.utilization(now) * w for m, w in zip(self.mig, weights)) / sum(weights)
+        return self.load.at(now)
+
+    def memory_used(self, now: float) -> int:
+        if self.mig:
+            return sum(m.memory_used(now) for m in self.mig)
+        used_mib = self.spec.load.get("memory_used_mib")
+        if used_mib is None:
+            used_mib = sum(p.get("memory_mib", 0) for p in self.processes(now))
+        return int(used_mib * MIB)
+
+    def power_mw(self, now: float) -> int:
+        return int(self._power_w(self.utilization(now)) * 1000)
+
+    def _power_w(self, util: float) -> float:
+        idle = self.spec["idle_power_w"]
+        return idle + (self.spec["power_limit_w"] * 0.9 - idle) * util / 100
+
+    def temperature(self, now: float) -> int:
+        if self._active("thermal_slowdown", now):
+            return int(self.spec["slowdown_c"] + 2)
+        watts = self._power_w(self.utilization(now))
+        heat = self.spec.get("degrees_per_watt", 0.06)
+        return int(round(self.spec.get("ambient_c", 28) + heat * watts + _jitter(self.spec.uuid, "t", int(now))))
+
+    def memory_temperature(self, now: float) -> int:
+        return self.temperature(now) + 6
+
+    def fan_speed(self, now: float) -> int:
+        return int(30 + 0.6 * self.utilization(now))
+
+    def clock(self, kind: str, now: float) -> int:
+        top = self.spec["clocks_max"][kind]
+        util = self.utilization(now)
+        if kind == "memory":
+            return top
+        if kind == "video":
+            return int(top * 0.7)
+        if util == 0:
+            return int(self.spec.get("idle_sm_clock", 345))
+        scale = 0.6 if self.clock_event_reasons(now) & 0xE8 else 1.0
+        return int(top * scale * (0.75 + 0.25 * util / 100))
+
+    def performance_state(self, now: float) -> int:
+        return 0 if self.utilization(now) > 0 or self.processes(now) else 8
+
+    def clock_event_reasons(self, now: float) -> int:
+        bits = 0 if self.utilization(now) > 0 else CLOCK_EVENT_BITS["gpu_idle"]
+        if self._active("thermal_slowdown", now):
+            bits |= CLOCK_EVENT_BITS["hw_thermal_slowdown"] | CLOCK_EVENT_BITS["sw_thermal_slowdown"]
+        if self._active("power_brake", now):
+            bits |= CLOCK_EVENT_BITS["hw_power_brake_slowdown"] | CLOCK_EVENT_BITS["hw_slowdown"]
+        return bits
+
+    def pcie_link(self, now: float) -> Dict[str, int]:
+        link = dict(self.spec["pcie"])
+        for fault in self._active("pcie_degraded", now):
+            link = dict(link, generation=fault.params["generation"], width=fault.params["width"])
+        return link
+
+    def pcie_kb_per_s(self, direction: str, now: float) -> int:
+        share = 0.6 if direction == "tx" else 1.0
+        return int(PCIE_KB_PER_S_AT_FULL_LOAD * share * self.utilization(now) / 100)
+
+    def nvlink_active(self, link: int, now: float) -> bool:
+        return not any(f.params.get("link") == link for f in self._active("nvlink_down", now))
+
+    def processes(self, now: float, gpu_instance: Optional[int] = None) -> List[Dict]:
+        if self.mig:
+            pools = [m for m in self.mig if gpu_instance in (None, m.spec.gpu_instance_id)]
+            return [p for m in pools for p in m.processes(now)]
+        return [p for p in self.spec.processes if _alive(p, now)]
+
+    # --- counters -------------------------------------------------------------------
+
+    def counters(self, now: float) -> Dict[str, float]:
+        base = self.spec.get("counters", {})
+        links = self.spec.get("nvlink_links", 0)
+        energy_j = self._power_w(0) * now + (self._power_w(100) - self._power_w(0)) * self.load.integral(now) / 100
+        values = {
+            "energy_mj": base.get("energy_j", 0) * 1000 + energy_j * 1000,
+            "pcie_replay": base.get("pcie_replay", 0) + int(now / 3600),
+            "ecc_sbe": base.get("ecc_sbe", 0) + self._count("ecc_sbe", now),
+            "ecc_dbe": base.get("ecc_dbe", 0) + self._count("ecc_dbe", now),
+            "remap_cor": base.get("remap_cor", 0),
+            "remap_unc": base.get("remap_unc", 0) + len(self._fired("remap_pending", now)),
+            "remap_pending": int(bool(self._active("remap_pending", now))),
+            "remap_failure": int(bool(self._fired("remap_failure", now))),
+            "retired_sbe": base.get("retired_sbe", 0),
+            "retired_dbe": base.get("retired_dbe", 0) + self._count("retired_pending", now),
+            "retired_pending": int(bool(self._active("retired_pending", now))),
+            "nvlink_link_count": links,
+        }
+        for name in ("crc_flit", "crc_data", "replay", "recovery"):
+            values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
+        if links:
+            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * self.load.integral(now) / 100 / 1024
+            values["nvlink_tx_kib"] = int(kib)
+            values["nvlink_rx_kib"] = int(kib * 0.97)
+        return values
+
+    def _count(self, kind: str, now: float) -> int:
+        return sum(int(f.params.get("count", 1)) for f in self._fired(kind, now))
+
+
+class SimMigInstance:
+    """A MIG GPU instance with one compute instance, as the mixed and single strategies expose."""
+
+    def __init__(self, parent: SimDevice, spec: MigSpec):
+        self.parent = parent
+        self.spec = spec
+        self.load = LoadCurve({"utilization": spec.utilization, "amplitude": min(5, spec.utilization)}, spec.uuid)
+
+    def utilization(self, now: float) -> float:
+        return self.load.at(now)
+
+    def memory_used(self, now: float) -> int:
+        return sum(p.get("memory_mib", 0) for p in self.processes(now)) * MIB
+
+    def processes(self, now: float) -> List[Dict]:
+        return [
+            dict(p, gpu_instance_id=self.spec.gpu_instance_id, compute_instance_id=self.spec.compute_instance_id)
+            for p in self.spec.processes
+            if _alive(p, now)
+        ]
+
+
+def _alive(process: Dict, now: float) -> bool:
+    return process.get("start", 0) <= now < process.get("end", math.inf)

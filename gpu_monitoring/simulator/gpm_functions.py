@@ -1,0 +1,169 @@
+"""Simulated NVML: GPU Performance Monitoring (Hopper and later) and field values.
+
+A GPM sample remembers which engine set it read and when; a metrics query averages the
+engine's load curve between its two samples, as real GPM derives rates from two counter
+snapshots.
+"""
+
+import ctypes
+
+import pynvml
+
+from .abi import nvml, put_pointer
+
+OK = pynvml.NVML_SUCCESS
+
+# Share of the graphics-engine activity each GPM metric reports, unless the load overrides it.
+GPM_SHARES = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: ("graphics", 1.0),
+    pynvml.NVML_GPM_METRIC_SM_UTIL: ("sm", 0.85),
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: ("occupancy", 0.45),
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: ("tensor", 0.5),
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: ("dram", 0.6),
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: ("fp64", 0.02),
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: ("fp32", 0.25),
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: ("fp16", 0.1),
+}
+
+
+@nvml("hp")
+def nvmlGpmQueryDeviceSupport(sim, target, out):
+    support = pynvml.c_nvmlGpmSupport_t.from_address(out)
+    if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+        return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    support.isSupportedDevice = int(bool(target.device.spec.get("gpm")))
+    return OK
+
+
+@nvml("p")
+def nvmlGpmSampleAlloc(sim, out):
+    sample_id = sim.new_id()
+    sim.gpm_samples[sample_id] = None
+    put_pointer(out, sample_id)
+    return OK
+
+
+@nvml("p")
+def nvmlGpmSampleFree(sim, sample_id):
+    if sample_id not in sim.gpm_samples:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    del sim.gpm_samples[sample_id]
+    return OK
+
+
+@nvml("hp")
+def nvmlGpmSampleGet(sim, target, sample_id):
+    return _record(sim, target.device, target.device.load, sample_id)
+
+
+@nvml("hup")
+def nvmlGpmMigSampleGet(sim, target, gpu_instance_id, sample_id):
+    for instance in target.device.mig:
+        if instance.spec.gpu_instance_id == gpu_instance_id:
+            return _record(sim, target.device, instance.load, sample_id)
+    return pynvml.NVML_ERROR_INVALID_ARGUMENT
+
+
+def _record(sim, device, load, sample_id):
+    if not device.spec.get("gpm"):
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+    if sample_id not in sim.gpm_samples:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    sim.gpm_samples[sample_id] = (device, load, sim.now())
+    return OK
+
+
+@nvml("p")
+def nvmlGpmMetricsGet(sim, out):
+    query = pynvml.c_nvmlGpmMetricsGet_t.from_address(out)
+    if query.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+        return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    first = sim.gpm_samples.get(ctypes.cast(query.sample1, ctypes.c_void_p).value)
+    second = sim.gpm_samples.get(ctypes.cast(query.sample2, ctypes.c_void_p).value)
+    if not first or not second or first[1] is not second[1]:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    device, load, t1 = first
+    t2 = second[2]
+    busy = load.mean(t1, t2)
+    shares = device.spec.load.get("profile", {})
+    for i in range(query.numMetrics):
+        metric = query.metrics[i]
+        known = GPM_SHARES.get(metric.metricId)
+        if known is None:
+            metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            continue
+        key, default = known
+        metric.value = busy * shares.get(key, default)
+        metric.nvmlReturn = OK
+    return OK
+
+
+# --- field values ------------------------------------------------------------------
+
+FIELD_COUNTERS = {
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("ecc_dbe", "ecc"),
+    pynvml.NVML_FI_DEV_REMAPPED_COR: ("remap_cor", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: ("remap_unc", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("remap_pending", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("remap_failure", "row_remapping"),
+    pynvml.NVML_FI_DEV_RETIRED_SBE: ("retired_sbe", "page_retirement"),
+    pynvml.NVML_FI_DEV_RETIRED_DBE: ("retired_dbe", "page_retirement"),
+    pynvml.NVML_FI_DEV_RETIRED_PENDING: ("retired_pending", "page_retirement"),
+    pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: ("nvlink_link_count", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: ("nvlink_crc_flit", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: ("nvlink_crc_data", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: ("nvlink_replay", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: ("nvlink_recovery", "nvlink_links"),
+}
+PER_LINK_THROUGHPUT = {
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
+}
+
+
+@nvml("hip")
+def nvmlDeviceGetFieldValues(sim, target, count, array):
+    if count <= 0:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    now = sim.now()
+    device = target.device
+    counters = device.counters(now)
+    for entry in (pynvml.c_nvmlFieldValue_t * count).from_address(array):
+        entry.timestamp = int(now * 1e6)
+        entry.latencyUsec = 0
+        value = _field(device, counters, entry.fieldId, entry.scopeId, now)
+        if value is None:
+            entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            continue
+        entry.nvmlReturn = OK
+        if isinstance(value, float):
+            entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
+            entry.value.dVal = value
+        else:
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.value.ullVal = value
+    return OK
+
+
+def _field(device, counters, field_id, scope, now):
+    spec = device.spec
+    if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+        return device.memory_temperature(now) if spec.get("memory_temperature") else None
+    if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+        return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+    if field_id in PER_LINK_THROUGHPUT:
+        links = spec.get("nvlink_links", 0)
+        if scope >= links:
+            return None
+        return int(counters[PER_LINK_THROUGHPUT[field_id]] / links)
+    known = FIELD_COUNTERS.get(field_id)
+    if known is None:
+        return None
+    key, feature = known
+    if feature is not None and not spec.get(feature):
+        return None
+    return int(counters[key])
+

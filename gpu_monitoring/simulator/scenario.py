@@ -1,0 +1,179 @@
+"""Scenario files: a YAML description of one simulated GPU node.
+
+A scenario names device models (static facts of a GPU product), the devices built from
+them (with their load, processes and MIG layout) and a timeline of faults. Device
+entries override their model's keys, so one model serves eight identical GPUs.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+FAULT_KINDS = {
+    "xid",  # an XID event; `lost_for` also makes the GPU fall off the bus
+    "gpu_lost",  # every call on the device answers GPU_IS_LOST for `duration`
+    "ecc_sbe",  # `count` corrected errors, with an SBE event
+    "ecc_dbe",  # `count` uncorrected errors, with a DBE event
+    "thermal_slowdown",  # hardware and software thermal slowdown for `duration`
+    "power_brake",  # hardware power-brake slowdown for `duration`
+    "remap_pending",  # an uncorrectable row remap waiting for a reset
+    "remap_failure",  # a row remap that could not be done
+    "retired_pending",  # a page waiting for retirement after a double-bit error
+    "nvlink_down",  # NVLink `link` inactive for `duration`
+    "pcie_degraded",  # PCIe link trained at `generation`/`width` for `duration`
+    "driver_reload",  # every call answers UNINITIALIZED until nvmlInit runs again
+}
+
+
+class ScenarioError(ValueError):
+    """The scenario file is missing or does not describe a node."""
+
+
+@dataclass
+class Fault:
+    at: float
+    kind: str
+    device: Optional[int] = None
+    duration: Optional[float] = None
+    params: Dict[str, Any] = field(default_factory=dict)
+
+    def active(self, now: float) -> bool:
+        if now < self.at:
+            return False
+        return self.duration is None or now < self.at + self.duration
+
+
+@dataclass
+class MigSpec:
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_mib: int
+    utilization: float
+    uuid: str
+    processes: List[Dict[str, Any]]
+
+
+@dataclass
+class DeviceSpec:
+    index: int
+    uuid: str
+    pci_bus_id: str
+    facts: Dict[str, Any]
+    load: Dict[str, Any]
+    processes: List[Dict[str, Any]]
+    mig: List[MigSpec]
+    unsupported: List[str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.facts[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.facts.get(key, default)
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    driver: Dict[str, Any]
+    missing_functions: List[str]
+    devices: List[DeviceSpec]
+    faults: List[Fault]
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def available() -> List[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def resolve(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        candidate = path
+    else:
+        candidate = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        raise ScenarioError(
+            f"no scenario {name_or_path!r}: not a file, and not one of {', '.join(available())}"
+        )
+    return candidate
+
+
+def load(name_or_path: str) -> Scenario:
+    path = resolve(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"scenario {path}: {e}") from e
+    try:
+        return _build(path.stem, raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ScenarioError(f"scenario {path}: {e!r}") from e
+
+
+def _build(name: str, raw: Dict[str, Any]) -> Scenario:
+    models = raw.get("models", {})
+    devices = [_device(name, i, entry, models) for i, entry in enumerate(raw["devices"])]
+    faults = sorted((_fault(entry) for entry in raw.get("faults", [])), key=lambda f: f.at)
+    known = {"description", "driver", "missing_functions", "models", "devices", "faults"}
+    return Scenario(
+        name=name,
+        description=raw.get("description", ""),
+        driver=raw["driver"],
+        missing_functions=list(raw.get("missing_functions", [])),
+        devices=devices,
+        faults=faults,
+        extra={k: v for k, v in raw.items() if k not in known},
+    )
+
+
+def _device(scenario: str, index: int, entry: Dict[str, Any], models: Dict[str, Any]) -> DeviceSpec:
+    facts = dict(models[entry["model"]]) if "model" in entry else {}
+    facts.update({k: v for k, v in entry.items() if k not in ("load", "processes", "mig", "unsupported")})
+    gpu_uuid = entry.get("uuid") or _stable_uuid("GPU", scenario, index)
+    mig = [
+        MigSpec(
+            profile=m["profile"],
+            gpu_instance_id=m["gi"],
+            compute_instance_id=m.get("ci", 0),
+            memory_mib=m["memory_mib"],
+            utilization=float(m.get("utilization", 0)),
+            uuid=m.get("uuid") or _stable_uuid("MIG", scenario, index, m["gi"], m.get("ci", 0)),
+            processes=list(m.get("processes", [])),
+        )
+        for m in entry.get("mig", [])
+    ]
+    return DeviceSpec(
+        index=index,
+        uuid=gpu_uuid,
+        pci_bus_id=entry.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+        facts=facts,
+        load=dict(facts.pop("load_defaults", {}), **entry.get("load", {})),
+        processes=list(entry.get("processes", [])),
+        mig=mig,
+        unsupported=list(facts.pop("unsupported", [])) + list(entry.get("unsupported", [])),
+    )
+
+
+def _fault(entry: Dict[str, Any]) -> Fault:
+    kind = entry["kind"]
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}")
+    params = {k: v for k, v in entry.items() if k not in ("at", "kind", "device", "duration")}
+    return Fault(
+        at=float(entry["at"]),
+        kind=kind,
+        device=entry.get("device"),
+        duration=entry.get("duration"),
+        params=params,
+    )
+
+
+def _stable_uuid(prefix: str, *parts: Any) -> str:
+    return f"{prefix}-{uuid.uuid5(uuid.NAMESPACE_URL, '/'.join(map(str, parts)))}"
