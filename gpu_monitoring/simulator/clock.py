@@ -22,6 +22,12 @@ class SimClock:
         with self._lock:
             return self._offset + (time.monotonic() - self._origin) * self._speed
 
+    def set_speed(self, speed: float) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._offset += (now - self._origin) * self._speed
+            self._origin, self._speed = now, speed
+
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._offset += seconds

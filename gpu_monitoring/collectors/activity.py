@@ -1,0 +1,44 @@
+"""Engine utilization (NVML sampling) and GPM profiling metrics (Hopper and later)."""
+
+from typing import Dict, Tuple
+
+from ..nvml import CannotAnswer, Device, GpmSampler
+from .base import Collector, Fields, read
+
+
+class Utilization(Collector):
+    name = "utilization"
+
+    def collect(self, device: Device, fields: Fields, out) -> None:
+        try:
+            out.metrics["utilization.gpu"], out.metrics["utilization.memory"] = device.utilization_rates()
+        except CannotAnswer:
+            pass
+        read(out.metrics, "utilization.encoder", device.encoder_utilization)
+        read(out.metrics, "utilization.decoder", device.decoder_utilization)
+
+
+class Gpm(Collector):
+    """One sampler per GPU, or per GPU instance of a MIG device, kept across runs."""
+
+    name = "gpm"
+
+    def __init__(self) -> None:
+        self._samplers: Dict[Tuple[int, ...], GpmSampler] = {}
+
+    def collect(self, device: Device, fields: Fields, out) -> None:
+        key = (device.parent.index, device.index) if device.is_mig else (device.index,)
+        sampler = self._samplers.get(key)
+        if sampler is None:
+            physical = device.parent or device
+            instance = device.gpu_instance_id if device.is_mig else None
+            sampler = self._samplers[key] = GpmSampler(physical, instance)
+        try:
+            out.metrics.update(sampler.read())
+        except CannotAnswer:
+            pass
+
+    def forget(self) -> None:
+        for sampler in self._samplers.values():
+            sampler.close()
+        self._samplers = {}

@@ -1,0 +1,44 @@
+"""What every collector shares: the interface and a guarded read of one value."""
+
+from typing import Callable, Dict, Iterable, Optional
+
+from ..nvml import CannotAnswer, Device
+from ..nvml.device import FieldKey
+
+Fields = Dict[FieldKey, float]
+
+
+class Collector:
+    """Reads one capability of a device into a snapshot entry; never submits anything.
+
+    `out` is a snapshot.Device or snapshot.MigInstance: both have `metrics` and `processes`.
+    """
+
+    name = ""
+
+    def fields(self, device: Device) -> Iterable[FieldKey]:
+        """Field values this collector wants from the device's one batched call."""
+        return ()
+
+    def collect(self, device: Device, fields: Fields, out) -> None:
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """Drop per-device state (samples, previous counters) when the NVML session restarts."""
+
+
+def read(metrics: Dict[str, float], name: str, value: Callable[[], Optional[float]]) -> None:
+    """Store value() under name unless the device can't answer; GpuLost propagates."""
+    try:
+        result = value()
+    except CannotAnswer:
+        return
+    if result is not None:
+        metrics[name] = result
+
+
+def copy_fields(metrics: Dict[str, float], fields: Fields, names: Dict[str, str]) -> None:
+    """Copy device-wide fields (scope 0) that answered into metrics, renamed."""
+    for field_name, metric in names.items():
+        if (field_name, 0) in fields:
+            metrics[metric] = fields[(field_name, 0)]

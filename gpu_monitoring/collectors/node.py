@@ -1,0 +1,118 @@
+"""One collection of a whole node: every device through every enabled collector."""
+
+import logging
+import time
+from typing import Iterable, List
+
+from .. import snapshot
+from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized
+from ..nvml.device import Device
+from .activity import Gpm, Utilization
+from .base import Collector
+from .clocks import Clocks
+from .memory import Memory
+from .memory_errors import MemoryErrors
+from .mig import Mig
+from .nvlink import NvLink
+from .pcie import Pcie
+from .processes import Processes
+from .thermal import Thermal
+
+log = logging.getLogger(__name__)
+
+COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink",
+                   "memory_errors", "processes", "mig")
+
+
+class NodeCollector:
+    """Owns the NVML session; `collect()` returns a Snapshot and never submits.
+
+    A lost GPU is marked lost and the others are read in the same run; it is read again
+    next run, so one that comes back recovers. A lost NVML initialisation (driver
+    reload) restarts the session and the run is tried once more.
+    """
+
+    def __init__(self, session: NvmlSession, disabled: Iterable[str] = ()):
+        self.session = session
+        self.disabled = set(disabled)
+        self.events = EventWatcher()
+        self._build_collectors()
+
+    def _build_collectors(self) -> None:
+        enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
+        shared = {"utilization": Utilization(), "gpm": Gpm(), "memory": Memory(), "processes": Processes()}
+        per_device = {
+            **shared,
+            "thermal": Thermal(),
+            "clocks": Clocks(),
+            "pcie": Pcie(),
+            "nvlink": NvLink(),
+            "memory_errors": MemoryErrors(),
+            "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),
+        }
+        self.collectors: List[Collector] = [per_device[name] for name in enabled]
+
+    def collect(self) -> snapshot.Snapshot:
+        if not self.session.started:
+            self.session.start()
+        try:
+            return self._collect()
+        except NvmlUninitialized as e:
+            log.warning("NVML lost its initialisation (%s); starting it again", e)
+            self.restart()
+            return self._collect()
+
+    def restart(self) -> None:
+        self.close()
+        self.session.start()
+
+    def close(self) -> None:
+        for collector in self.collectors:
+            collector.forget()
+        self.events.close()
+        self.session.stop()
+
+    def _collect(self) -> snapshot.Snapshot:
+        raw_events = self.events.drain()
+        devices = [self._device(device) for device in self.session.devices]
+        self.events.register([d for d in self.session.devices if d.handle is not None])
+        uuids = {d.index: d.uuid for d in devices}
+        return snapshot.Snapshot(
+            timestamp=time.time(),
+            node=snapshot.Node(
+                driver_version=self.session.driver_version,
+                nvml_version=self.session.nvml_version,
+                cuda_driver_version=self.session.cuda_driver_version,
+            ),
+            devices=devices,
+            events=[
+                snapshot.Event(
+                    device_uuid=uuids.get(e.device_index),
+                    kind=e.kind,
+                    code=e.code,
+                    timestamp=e.timestamp,
+                    gpu_instance_id=e.gpu_instance_id,
+                    compute_instance_id=e.compute_instance_id,
+                )
+                for e in raw_events
+            ],
+        )
+
+    def _device(self, device: Device) -> snapshot.Device:
+        out = snapshot.Device(index=device.index, uuid=None)
+        try:
+            if device.handle is None:
+                raise GpuLost("NVML gave no handle for this GPU")
+            out.uuid, out.name = device.uuid, device.name
+            out.architecture, out.pci_bus_id, out.minor_number = (
+                device.architecture, device.pci_bus_id, device.minor_number)
+            wanted = {key for collector in self.collectors for key in collector.fields(device)}
+            fields = device.field_values(wanted)
+            for collector in self.collectors:
+                collector.collect(device, fields, out)
+        except GpuLost as e:
+            out.lost, out.error = True, str(e)
+            log.debug("GPU %d is lost: %s", device.index, e)
+        out.uuid = out.uuid or device.known("uuid")
+        out.unsupported = device.refused_functions()
+        return out

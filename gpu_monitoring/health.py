@@ -1,0 +1,94 @@
+"""Device health: one status per GPU with every reason behind it."""
+
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional
+
+from . import xid
+from .snapshot import Device, Event
+
+OK, WARNING, CRITICAL = "OK", "WARNING", "CRITICAL"
+_RANK = {OK: 0, WARNING: 1, CRITICAL: 2}
+
+
+@dataclass
+class Health:
+    status: str = OK
+    reasons: List[str] = field(default_factory=list)
+
+    def add(self, status: str, reason: str) -> None:
+        self.reasons.append(reason)
+        if _RANK[status] > _RANK[self.status]:
+            self.status = status
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.reasons)
+
+
+def evaluate(
+    device: Device,
+    previous: Optional[Device],
+    events: Iterable[Event],
+    xid_ignore: Iterable[int] = (),
+    temperature_margin: float = 5,
+) -> Health:
+    """Apply the health rules to one device, given what it read last run and this run's events."""
+    health = Health()
+    if device.lost:
+        health.add(CRITICAL, f"GPU lost: {device.error}")
+    _events(health, events, set(xid_ignore))
+    _memory(health, device, previous)
+    _thermal(health, device.metrics, temperature_margin)
+    _links(health, device)
+    return health
+
+
+def _events(health: Health, events: Iterable[Event], ignored: set) -> None:
+    for event in events:
+        if event.kind == "xid" and event.code not in ignored:
+            info = xid.describe(event.code)
+            if info.severity != OK.lower():
+                health.add(info.severity.upper(), f"XID {event.code} ({info.meaning}): {info.advice}")
+        elif event.kind == "ecc_dbe":
+            health.add(CRITICAL, "double-bit ECC error event")
+
+
+def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
+    m = device.metrics
+    now, before = m.get("ecc.errors.uncorrected"), (previous.metrics if previous else {}).get("ecc.errors.uncorrected")
+    if now is not None and before is not None and now > before:
+        health.add(CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run")
+    if m.get("remapped_rows.failed"):
+        health.add(CRITICAL, "row remapping failed: the GPU needs service")
+    if m.get("retired_pages.pending") and m.get("retired_pages.double_bit"):
+        health.add(CRITICAL, "page retirement pending after double-bit errors: reboot to retire")
+    if m.get("remapped_rows.pending"):
+        health.add(WARNING, "row remap pending: reset the GPU to apply it")
+
+
+def _thermal(health: Health, m: dict, margin: float) -> None:
+    if m.get("clocks_event.hw_thermal_slowdown") or m.get("clocks_event.sw_thermal_slowdown"):
+        health.add(WARNING, "thermal slowdown is lowering clocks")
+    if m.get("clocks_event.hw_power_brake_slowdown"):
+        health.add(WARNING, "hardware power-brake slowdown is lowering clocks")
+    temperature, threshold = m.get("temperature"), m.get("temperature.slowdown_threshold")
+    if temperature is not None and threshold and temperature >= threshold - margin:
+        health.add(WARNING, f"temperature {temperature:.0f}°C is within {margin:g}°C of the slowdown threshold {threshold:.0f}°C")
+
+
+def _links(health: Health, device: Device) -> None:
+    if device.nvlink_down:
+        health.add(WARNING, f"NVLink down: link {', '.join(map(str, device.nvlink_down))}")
+    m = device.metrics
+    width, max_width = m.get("pcie.link.width"), m.get("pcie.link.width.max")
+    gen, max_gen = m.get("pcie.link.generation"), m.get("pcie.link.generation.max")
+    # An idle GPU lowers its link generation to save power; only a busy one is judged on it.
+    busy = not m.get("clocks_event.gpu_idle") and m.get("utilization.gpu", m.get("sm_active", 0)) > 0
+    degraded_width = width is not None and max_width and width < max_width
+    degraded_gen = busy and gen is not None and max_gen and gen < max_gen
+    if degraded_width or degraded_gen:
+        health.add(WARNING, f"PCIe link at Gen{_n(gen)} x{_n(width)}, capable of Gen{_n(max_gen)} x{_n(max_width)}")
+
+
+def _n(value: Optional[float]) -> str:
+    return "?" if value is None else f"{value:.0f}"

@@ -1,0 +1,20 @@
+"""The only layer that imports pynvml: sessions, devices, GPM samplers and event sets."""
+
+from .device import Device
+from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
+from .events import EventWatcher, RawEvent
+from .gpm import GpmSampler
+from .session import NvmlSession
+
+__all__ = [
+    "CannotAnswer",
+    "Device",
+    "EventWatcher",
+    "GpmSampler",
+    "GpuLost",
+    "LibraryUnavailable",
+    "NvmlError",
+    "NvmlSession",
+    "NvmlUninitialized",
+    "RawEvent",
+]

@@ -1,0 +1,98 @@
+"""One NVML event set, kept for the session: XID and ECC events drained without blocking."""
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import pynvml
+
+from .device import Device, handle_address
+from .errors import CannotAnswer, GpuLost, NvmlUninitialized
+
+log = logging.getLogger(__name__)
+
+EVENT_KINDS = {
+    pynvml.nvmlEventTypeXidCriticalError: "xid",
+    pynvml.nvmlEventTypeSingleBitEccError: "ecc_sbe",
+    pynvml.nvmlEventTypeDoubleBitEccError: "ecc_dbe",
+}
+WANTED = sum(EVENT_KINDS)
+_NO_INSTANCE = 0xFFFFFFFF
+MAX_EVENTS_PER_DRAIN = 10000
+
+
+@dataclass
+class RawEvent:
+    device_index: Optional[int]
+    kind: str
+    code: int
+    gpu_instance_id: Optional[int]
+    compute_instance_id: Optional[int]
+    timestamp: float
+
+
+class EventWatcher:
+    def __init__(self) -> None:
+        self._set: Any = None
+        self._registered: Dict[int, int] = {}  # handle address -> device index
+
+    def register(self, devices: List[Device]) -> None:
+        """Register every device not yet registered; the ones that fail are tried next time."""
+        if self._set is None:
+            try:
+                self._set = pynvml.nvmlEventSetCreate()
+            except pynvml.NVMLError as e:
+                log.debug("nvmlEventSetCreate: %s", e)
+                return
+        for device in devices:
+            address = handle_address(device.handle)
+            if address is None or address in self._registered:
+                continue
+            try:
+                supported = device.static("event_types", lambda d=device: d.call("nvmlDeviceGetSupportedEventTypes"))
+                mask = (supported or 0) & WANTED
+                if mask:
+                    device.call("nvmlDeviceRegisterEvents", mask, self._set)
+                    self._registered[address] = device.index
+            except (CannotAnswer, GpuLost) as e:
+                log.debug("%r: event registration deferred: %s", device, e)
+
+    def drain(self, timeout_ms: int = 0) -> List[RawEvent]:
+        events: List[RawEvent] = []
+        if self._set is None:
+            return events
+        while len(events) < MAX_EVENTS_PER_DRAIN:
+            try:
+                data = pynvml.nvmlEventSetWait_v2(self._set, timeout_ms)
+            except pynvml.NVMLError_Timeout:
+                break
+            except pynvml.NVMLError_Uninitialized as e:
+                raise NvmlUninitialized(f"nvmlEventSetWait_v2: {e}") from e
+            except pynvml.NVMLError as e:
+                log.debug("nvmlEventSetWait_v2: %s", e)
+                break
+            events.append(self._decode(data))
+            timeout_ms = 0
+        return events
+
+    def _decode(self, data: Any) -> RawEvent:
+        gi, ci = data.gpuInstanceId, data.computeInstanceId
+        return RawEvent(
+            device_index=self._registered.get(handle_address(data.device)),
+            kind=EVENT_KINDS.get(data.eventType, f"type_{data.eventType:#x}"),
+            code=int(data.eventData),
+            gpu_instance_id=None if gi == _NO_INSTANCE else gi,
+            compute_instance_id=None if ci == _NO_INSTANCE else ci,
+            timestamp=time.time(),
+        )
+
+    def close(self) -> None:
+        if self._set is not None:
+            try:
+                pynvml.nvmlEventSetFree(self._set)
+            except pynvml.NVMLError as e:
+                log.debug("nvmlEventSetFree: %s", e)
+        self._set = None
+        self._registered = {}
+

@@ -1,0 +1,92 @@
+"""GPU Performance Monitoring: profiling metrics from two samples taken one run apart."""
+
+import logging
+from typing import Any, Dict, Optional
+
+import pynvml
+
+from .device import Device
+from .errors import CannotAnswer
+
+log = logging.getLogger(__name__)
+
+GPM_METRICS = {
+    "graphics_active": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    "fp64_active": pynvml.NVML_GPM_METRIC_FP64_UTIL,
+    "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
+    "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
+}
+
+
+class GpmSampler:
+    """Keeps the last sample of one GPU (or one of its GPU instances) between runs.
+
+    The first read only takes a sample; every later read returns the averages since the
+    previous one. Two sample buffers are allocated once and swapped.
+    """
+
+    def __init__(self, device: Device, gpu_instance_id: Optional[int] = None):
+        self.device = device
+        self.gpu_instance_id = gpu_instance_id
+        self._samples = None
+        self._have_previous = False
+
+    def supported(self) -> bool:
+        physical = self.device.parent or self.device
+        return bool(physical.static("gpm", lambda: physical.call("nvmlGpmQueryDeviceSupport").isSupportedDevice))
+
+    def read(self) -> Dict[str, float]:
+        if not self.supported():
+            raise CannotAnswer(f"{self.device!r} has no GPM")
+        if self._samples is None:
+            self._samples = [_alloc(), _alloc()]
+        previous, current = self._samples
+        self._take(current)
+        self._samples.reverse()
+        if not self._have_previous:
+            self._have_previous = True
+            return {}
+        return self._metrics(previous, current)
+
+    def _take(self, sample: Any) -> None:
+        if self.gpu_instance_id is None:
+            self.device.call("nvmlGpmSampleGet", sample)
+        else:
+            self.device.call("nvmlGpmMigSampleGet", self.gpu_instance_id, sample)
+
+    def _metrics(self, first: Any, second: Any) -> Dict[str, float]:
+        query = pynvml.c_nvmlGpmMetricsGet_t()
+        query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        query.numMetrics = len(GPM_METRICS)
+        query.sample1, query.sample2 = first, second
+        for slot, metric_id in enumerate(GPM_METRICS.values()):
+            query.metrics[slot].metricId = metric_id
+        try:
+            pynvml.nvmlGpmMetricsGet(query)
+        except pynvml.NVMLError as e:
+            raise CannotAnswer(f"nvmlGpmMetricsGet: {e}") from e
+        return {
+            name: query.metrics[slot].value
+            for slot, name in enumerate(GPM_METRICS)
+            if query.metrics[slot].nvmlReturn == pynvml.NVML_SUCCESS
+        }
+
+    def close(self) -> None:
+        for sample in self._samples or ():
+            try:
+                pynvml.nvmlGpmSampleFree(sample)
+            except pynvml.NVMLError as e:
+                log.debug("nvmlGpmSampleFree: %s", e)
+        self._samples = None
+        self._have_previous = False
+
+
+def _alloc() -> Any:
+    try:
+        return pynvml.nvmlGpmSampleAlloc()
+    except pynvml.NVMLError as e:
+        raise CannotAnswer(f"nvmlGpmSampleAlloc: {e}") from e

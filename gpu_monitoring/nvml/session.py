@@ -1,0 +1,123 @@
+"""Loading libnvidia-ml, initialising NVML once, and starting again when it is lost."""
+
+import ctypes
+import logging
+from typing import Any, List, Optional
+
+import pynvml
+
+from .device import Device
+from .errors import GpuLost, LibraryUnavailable, NvmlUninitialized
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIBRARY = "libnvidia-ml.so.1"
+
+
+class NvmlSession:
+    """NVML for one check instance or sidecar: init once, devices, versions, shutdown.
+
+    `library` is what to load: None for the dynamic linker's default search, a file path
+    (`nvml_library_path`), or an object with C function-pointer attributes (the simulator).
+    pynvml keeps the loaded library in a module global, so the last session started in a
+    process decides which library every session in it talks to.
+    """
+
+    def __init__(self, library: Any = None):
+        self._library = library
+        self.started = False
+        self.devices: List[Device] = []
+
+    def start(self) -> None:
+        self._load()
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise LibraryUnavailable(f"NVML did not initialise: {e} ({self.describe_library()})") from e
+        self.started = True
+        self.devices = self._enumerate()
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        self.devices = []
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as e:
+            log.debug("nvmlShutdown: %s", e)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def describe_library(self) -> str:
+        if self._library is None:
+            return f"{DEFAULT_LIBRARY} from the dynamic linker's search path"
+        if isinstance(self._library, str):
+            return self._library
+        return "the simulated NVML library"
+
+    def _load(self) -> None:
+        if isinstance(self._library, str):
+            try:
+                loaded = ctypes.CDLL(self._library)
+            except OSError as e:
+                raise LibraryUnavailable(f"could not load nvml_library_path {self._library}: {e}") from e
+        else:
+            loaded = self._library
+        if loaded is None and isinstance(pynvml.nvmlLib, ctypes.CDLL):
+            return  # pynvml already holds the system library
+        pynvml.nvmlLib = loaded
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        if loaded is None:
+            try:
+                pynvml._LoadNvmlLibrary()
+            except pynvml.NVMLError as e:
+                raise LibraryUnavailable(
+                    f"{DEFAULT_LIBRARY} was not found by the dynamic linker ({e}); is the NVIDIA driver "
+                    "installed and its library visible (LD_LIBRARY_PATH, the NVIDIA container runtime), "
+                    "or should nvml_library_path point at it?"
+                ) from e
+
+    def _enumerate(self) -> List[Device]:
+        devices = []
+        for index in range(self._system("nvmlDeviceGetCount")):
+            try:
+                devices.append(Device(index, pynvml.nvmlDeviceGetHandleByIndex(index)))
+            except pynvml.NVMLError as e:
+                log.warning("GPU %d has no NVML handle (%s); it is reported as lost", index, e)
+                devices.append(Device(index, None))
+        return devices
+
+    # --- system facts -------------------------------------------------------------------
+
+    def _system(self, function: str) -> Any:
+        try:
+            value = getattr(pynvml, function)()
+        except pynvml.NVMLError_Uninitialized as e:
+            raise NvmlUninitialized(f"{function}: {e}") from e
+        except pynvml.NVMLError as e:
+            raise GpuLost(f"{function}: {e}") from e
+        return value.decode() if isinstance(value, bytes) else value
+
+    def _optional(self, function: str) -> Optional[Any]:
+        try:
+            return self._system(function)
+        except (GpuLost, NvmlUninitialized):
+            return None
+
+    @property
+    def driver_version(self) -> Optional[str]:
+        return self._optional("nvmlSystemGetDriverVersion")
+
+    @property
+    def nvml_version(self) -> Optional[str]:
+        return self._optional("nvmlSystemGetNVMLVersion")
+
+    @property
+    def cuda_driver_version(self) -> Optional[str]:
+        version = self._optional("nvmlSystemGetCudaDriverVersion")
+        if version is None:
+            return None
+        return f"{version // 1000}.{version % 1000 // 10}"

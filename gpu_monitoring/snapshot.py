@@ -1,0 +1,97 @@
+"""The Snapshot: what one collection saw on a node, as plain, versioned, JSON-able data.
+
+Collectors fill it; attribution and submission read it. Local mode passes it in memory,
+sidecar mode as JSON (`to_json` / `from_json`).
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Process:
+    pid: int
+    used_memory: Optional[int]
+    kind: str  # compute | mps
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+
+
+@dataclass
+class Event:
+    device_uuid: Optional[str]
+    kind: str  # xid | ecc_sbe | ecc_dbe
+    code: int
+    timestamp: float
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+
+
+@dataclass
+class MigInstance:
+    uuid: str
+    gpu_instance_id: Optional[int]
+    compute_instance_id: Optional[int]
+    profile: Optional[str]
+    metrics: Dict[str, float] = field(default_factory=dict)
+    processes: List[Process] = field(default_factory=list)
+
+
+@dataclass
+class Device:
+    index: int
+    uuid: Optional[str]
+    name: Optional[str] = None
+    architecture: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    minor_number: Optional[int] = None
+    lost: bool = False
+    error: Optional[str] = None
+    metrics: Dict[str, float] = field(default_factory=dict)
+    processes: List[Process] = field(default_factory=list)
+    mig_instances: List[MigInstance] = field(default_factory=list)
+    nvlink_down: List[int] = field(default_factory=list)
+    unsupported: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Node:
+    driver_version: Optional[str] = None
+    nvml_version: Optional[str] = None
+    cuda_driver_version: Optional[str] = None
+
+
+@dataclass
+class Snapshot:
+    timestamp: float
+    node: Node
+    devices: List[Device] = field(default_factory=list)
+    events: List[Event] = field(default_factory=list)
+    version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Snapshot":
+        raw = json.loads(text)
+        if raw.get("version") != SCHEMA_VERSION:
+            raise ValueError(f"snapshot version {raw.get('version')!r}, expected {SCHEMA_VERSION}")
+        return cls(
+            timestamp=raw["timestamp"],
+            node=Node(**raw["node"]),
+            devices=[_device(d) for d in raw["devices"]],
+            events=[Event(**e) for e in raw["events"]],
+        )
+
+
+def _device(raw: Dict[str, Any]) -> Device:
+    raw = dict(raw)
+    raw["processes"] = [Process(**p) for p in raw["processes"]]
+    raw["mig_instances"] = [
+        MigInstance(**dict(m, processes=[Process(**p) for p in m["processes"]])) for m in raw["mig_instances"]
+    ]
+    return Device(**raw)
