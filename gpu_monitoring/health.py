@@ -73,7 +73,10 @@ def _thermal(health: Health, m: dict, margin: float) -> None:
         health.add(WARNING, "hardware power-brake slowdown is lowering clocks")
     temperature, threshold = m.get("temperature"), m.get("temperature.slowdown_threshold")
     if temperature is not None and threshold and temperature >= threshold - margin:
-        health.add(WARNING, f"temperature {temperature:.0f}°C is within {margin:g}°C of the slowdown threshold {threshold:.0f}°C")
+        health.add(
+            WARNING,
+            f"temperature {temperature:.0f}°C is within {margin:g}°C of the slowdown threshold {threshold:.0f}°C",
+        )
 
 
 def _links(health: Health, device: Device) -> None:

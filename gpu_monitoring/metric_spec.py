@@ -1,9 +1,7 @@
 """The metric spec (metrics.yaml): names, types, units; and metadata.csv generated from it."""
 
-import argparse
 import csv
 import io
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict
@@ -58,19 +56,3 @@ def metadata_csv() -> str:
             metric.description, metric.orientation, NAMESPACE, short, "", "",
         ])
     return out.getvalue()
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Generate metadata.csv from the metric spec")
-    parser.add_argument("--write", metavar="PATH", help="write the CSV here instead of stdout")
-    args = parser.parse_args(argv)
-    text = metadata_csv()
-    if args.write:
-        Path(args.write).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,9 +19,16 @@ class Xid:
 
 ADVICE = {
     "none": "No action needed; it gives context to the XID that follows or precedes it.",
-    "restart_app": "Restart the application that ran on this GPU; if it repeats, check the application and its CUDA setup.",
-    "reset_gpu": "Drain the GPU's workloads and reset the GPU (nvidia-smi -r) or reboot the node; if it repeats, plan an RMA.",
-    "reboot_node": "Drain the node and reboot it; the GPU is unreachable until then. If it repeats, check power and seating, then RMA.",
+    "restart_app": (
+        "Restart the application that ran on this GPU; if it repeats, check the application and its CUDA setup."
+    ),
+    "reset_gpu": (
+        "Drain the GPU's workloads and reset the GPU (nvidia-smi -r) or reboot the node; if it repeats, plan an RMA."
+    ),
+    "reboot_node": (
+        "Drain the node and reboot it; the GPU is unreachable until then. "
+        "If it repeats, check power and seating, then RMA."
+    ),
     "check_link": "Check the NVLink/NVSwitch fabric and reset the GPU; if it repeats, replace the link or baseboard.",
     "investigate": "Check the driver logs (dmesg) around this time; watch whether the rate grows.",
 }

@@ -59,7 +59,7 @@ class Device:
         self._refused_fields: set = set()
         self._static: Dict[str, Any] = {}
         self.fields_timestamp_us = 0  # when NVML took the last batch of field values
-        self._children: Dict[int, "Device"] = {}
+        self._children: Dict[int, Device] = {}
 
     @property
     def is_mig(self) -> bool:

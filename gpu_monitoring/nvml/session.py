@@ -27,6 +27,9 @@ class NvmlSession:
         self._library = library
         self.started = False
         self.devices: List[Device] = []
+        self.driver_version: Optional[str] = None
+        self.nvml_version: Optional[str] = None
+        self.cuda_driver_version: Optional[str] = None
 
     def start(self) -> None:
         self._load()
@@ -36,6 +39,10 @@ class NvmlSession:
             raise LibraryUnavailable(f"NVML did not initialise: {e} ({self.describe_library()})") from e
         self.started = True
         self.devices = self._enumerate()
+        # Versions only change with a driver reload, which restarts the session.
+        self.driver_version = self._optional("nvmlSystemGetDriverVersion")
+        self.nvml_version = self._optional("nvmlSystemGetNVMLVersion")
+        self.cuda_driver_version = _cuda_version(self._optional("nvmlSystemGetCudaDriverVersion"))
 
     def stop(self) -> None:
         if not self.started:
@@ -107,17 +114,6 @@ class NvmlSession:
         except (GpuLost, NvmlUninitialized):
             return None
 
-    @property
-    def driver_version(self) -> Optional[str]:
-        return self._optional("nvmlSystemGetDriverVersion")
 
-    @property
-    def nvml_version(self) -> Optional[str]:
-        return self._optional("nvmlSystemGetNVMLVersion")
-
-    @property
-    def cuda_driver_version(self) -> Optional[str]:
-        version = self._optional("nvmlSystemGetCudaDriverVersion")
-        if version is None:
-            return None
-        return f"{version // 1000}.{version % 1000 // 10}"
+def _cuda_version(version: Optional[int]) -> Optional[str]:
+    return None if version is None else f"{version // 1000}.{version % 1000 // 10}"

@@ -8,6 +8,7 @@ not an attribute, which pynvml reports as FUNCTION_NOT_FOUND, as with an old dri
 
 import logging
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
@@ -70,6 +71,7 @@ class SimulatedNvml:
         self.clock = clock or SimClock()
         self.devices = [SimDevice(spec, scenario.faults) for spec in scenario.devices]
         self.calls: Counter = Counter()
+        self.cpu_seconds = 0.0  # CPU spent inside simulated NVML calls, so benchmarks can exclude it
         self.failures: List[str] = []
         self.init_count = 0
         self.event_sets: Dict[int, EventSet] = {}
@@ -166,6 +168,7 @@ class SimulatedNvml:
         def call(*args):
             with self._lock:
                 self.calls[name] += 1
+                started = time.process_time()
                 try:
                     self._fire_due_faults()
                     return self._dispatch(name, symbol, args)
@@ -173,6 +176,8 @@ class SimulatedNvml:
                     log.exception("simulated %s failed", name)
                     self.failures.append(f"{name}: {e!r}")
                     return pynvml.NVML_ERROR_UNKNOWN
+                finally:
+                    self.cpu_seconds += time.process_time() - started
 
         return call
 
