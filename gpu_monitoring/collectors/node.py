@@ -2,10 +2,10 @@
 
 import logging
 import time
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 from .. import snapshot
-from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized
+from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized, RawEvent
 from ..nvml.device import Device
 from .activity import Gpm, Utilization
 from .base import Collector
@@ -27,15 +27,18 @@ COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", 
 class NodeCollector:
     """Owns the NVML session; `collect()` returns a Snapshot and never submits.
 
-    A lost GPU is marked lost and the others are read in the same run; it is read again
-    next run, so one that comes back recovers. A lost NVML initialisation (driver
-    reload) restarts the session and the run is tried once more.
+    A lost GPU is marked lost and the others are read in the same run. It is read again
+    every run, and while it stays lost the session is restarted every
+    `lost_restart_interval` seconds so a GPU that was reset gets a fresh handle. A lost
+    NVML initialisation (driver reload) restarts the session and the run is tried again.
     """
 
-    def __init__(self, session: NvmlSession, disabled: Iterable[str] = ()):
+    def __init__(self, session: NvmlSession, disabled: Iterable[str] = (), lost_restart_interval: float = 300.0):
         self.session = session
         self.disabled = set(disabled)
+        self.lost_restart_interval = lost_restart_interval
         self.events = EventWatcher()
+        self._lost_since: Optional[float] = None
         self._build_collectors()
 
     def _build_collectors(self) -> None:
@@ -55,12 +58,26 @@ class NodeCollector:
     def collect(self) -> snapshot.Snapshot:
         if not self.session.started:
             self.session.start()
+        pending = []
+        if self._lost_gpu_restart_due():
+            pending = self.events.drain()
+            log.info("a GPU is still lost; restarting NVML to look for it again")
+            self.restart()
         try:
-            return self._collect()
+            result = self._collect(pending)
         except NvmlUninitialized as e:
             log.warning("NVML lost its initialisation (%s); starting it again", e)
             self.restart()
-            return self._collect()
+            result = self._collect(pending)
+        lost = any(device.lost for device in result.devices)
+        self._lost_since = (self._lost_since or time.monotonic()) if lost else None
+        return result
+
+    def _lost_gpu_restart_due(self) -> bool:
+        if self._lost_since is None or time.monotonic() - self._lost_since < self.lost_restart_interval:
+            return False
+        self._lost_since = time.monotonic()
+        return True
 
     def restart(self) -> None:
         self.close()
@@ -72,8 +89,8 @@ class NodeCollector:
         self.events.close()
         self.session.stop()
 
-    def _collect(self) -> snapshot.Snapshot:
-        raw_events = self.events.drain()
+    def _collect(self, pending: List[RawEvent]) -> snapshot.Snapshot:
+        raw_events = pending + self.events.drain()
         devices = [self._device(device) for device in self.session.devices]
         self.events.register([d for d in self.session.devices if d.handle is not None])
         uuids = {d.index: d.uuid for d in devices}
