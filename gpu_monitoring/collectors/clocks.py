@@ -1,19 +1,9 @@
 """Clock speeds, the performance state, and why clocks are held down."""
 
 from ..nvml import CannotAnswer, Device
+from ..nvml.device import CLOCK_EVENT_REASONS as REASONS
 from .base import Collector, Fields, read
 
-# NVML clock-event reason bits (nvmlClocksEventReason*).
-REASONS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-}
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]
 
 

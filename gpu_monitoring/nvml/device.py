@@ -24,6 +24,16 @@ CLOCKS = {
     "graphics": pynvml.NVML_CLOCK_GRAPHICS,
     "video": pynvml.NVML_CLOCK_VIDEO,
 }
+CLOCK_EVENT_REASONS = {
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+}
 ARCHITECTURES = {
     pynvml.NVML_DEVICE_ARCH_KEPLER: "kepler",
     pynvml.NVML_DEVICE_ARCH_MAXWELL: "maxwell",

@@ -10,20 +10,12 @@ import hashlib
 import math
 from typing import Dict, List, Optional
 
+import pynvml
+
 from .scenario import DeviceSpec, Fault, MigSpec
 
 MIB = 1024 * 1024
 
-CLOCK_EVENT_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-}
 
 # NVLink 4 carries 25 GB/s per direction per link; a busy training job uses a share of it.
 NVLINK_BYTES_PER_S_AT_FULL_LOAD = 0.4 * 25e9
@@ -140,18 +132,19 @@ class SimDevice:
             return int(top * 0.7)
         if util == 0:
             return int(self.spec.get("idle_sm_clock", 345))
-        scale = 0.6 if self.clock_event_reasons(now) & 0xE8 else 1.0
+        slowed = self.clock_event_reasons(now) & ~pynvml.nvmlClocksEventReasonGpuIdle
+        scale = 0.6 if slowed else 1.0
         return int(top * scale * (0.75 + 0.25 * util / 100))
 
     def performance_state(self, now: float) -> int:
         return 0 if self.utilization(now) > 0 or self.processes(now) else 8
 
     def clock_event_reasons(self, now: float) -> int:
-        bits = 0 if self.utilization(now) > 0 else CLOCK_EVENT_BITS["gpu_idle"]
+        bits = 0 if self.utilization(now) > 0 else pynvml.nvmlClocksEventReasonGpuIdle
         if self._active("thermal_slowdown", now):
-            bits |= CLOCK_EVENT_BITS["hw_thermal_slowdown"] | CLOCK_EVENT_BITS["sw_thermal_slowdown"]
+            bits |= pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown
         if self._active("power_brake", now):
-            bits |= CLOCK_EVENT_BITS["hw_power_brake_slowdown"] | CLOCK_EVENT_BITS["hw_slowdown"]
+            bits |= pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown
         return bits
 
     def pcie_link(self, now: float) -> Dict[str, int]:
