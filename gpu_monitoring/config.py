@@ -58,7 +58,9 @@ def _number(instance: Mapping[str, Any], name: str, default: float, minimum: flo
 
 
 def _list(instance: Mapping[str, Any], name: str) -> list:
-    value = instance.get(name) or []
+    value = instance.get(name)
+    if value is None:
+        return []
     if not isinstance(value, list):
         raise ConfigurationError(f"`{name}` must be a list; got {value!r}")
     return value

@@ -48,6 +48,7 @@ class Device:
     architecture: Optional[str] = None
     pci_bus_id: Optional[str] = None
     minor_number: Optional[int] = None
+    mig_enabled: Optional[bool] = None
     lost: bool = False
     error: Optional[str] = None
     metrics: Dict[str, float] = field(default_factory=dict)

@@ -26,7 +26,7 @@ def device_tags(device: Device, snapshot: Snapshot) -> List[str]:
         "gpu_architecture": device.architecture,
         "gpu_driver_version": snapshot.node.driver_version,
         "gpu_pci_bus_id": device.pci_bus_id,
-        "gpu_slicing_mode": "mig_parent" if device.metrics.get("mig.enabled") else "none",
+        "gpu_slicing_mode": "mig_parent" if device.mig_enabled else "none",
     }
     return [f"{key}:{value}" for key, value in tags.items() if value is not None]
 

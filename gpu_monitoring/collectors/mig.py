@@ -22,11 +22,13 @@ class Mig(Collector):
         except CannotAnswer:
             return
         out.metrics["mig.enabled"] = int(enabled)
+        out.mig_enabled = enabled
         if not enabled:
             return
         out.mig_instances = [self._instance(child) for child in device.mig_devices()]
         out.metrics["mig.instances"] = len(out.mig_instances)
-        out.metrics["processes.count"] = len({p.pid for i in out.mig_instances for p in i.processes})
+        if any("processes.count" in instance.metrics for instance in out.mig_instances):
+            out.metrics["processes.count"] = len({p.pid for i in out.mig_instances for p in i.processes})
 
     def _instance(self, child: Device) -> MigInstance:
         instance = MigInstance(

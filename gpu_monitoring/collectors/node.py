@@ -2,7 +2,7 @@
 
 import logging
 import time
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from .. import snapshot
 from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized, RawEvent
@@ -20,6 +20,7 @@ from .thermal import Thermal
 
 log = logging.getLogger(__name__)
 
+IDENTITY = ("uuid", "name", "architecture", "pci_bus_id", "minor_number", "mig_enabled")
 COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink",
                    "memory_errors", "processes", "mig")
 
@@ -39,6 +40,7 @@ class NodeCollector:
         self.lost_restart_interval = lost_restart_interval
         self.events = EventWatcher()
         self._lost_since: Optional[float] = None
+        self._last_seen: Dict[int, snapshot.Device] = {}
         self._build_collectors()
 
     def _build_collectors(self) -> None:
@@ -130,6 +132,16 @@ class NodeCollector:
         except GpuLost as e:
             out.lost, out.error = True, str(e)
             log.debug("GPU %d is lost: %s", device.index, e)
-        out.uuid = out.uuid or device.known("uuid")
+        self._remember(out)
         out.unsupported = device.refused_functions()
         return out
+
+    def _remember(self, out: snapshot.Device) -> None:
+        """A lost GPU keeps the identity and MIG mode it was last seen with, across NVML restarts
+        too, so its health check, XID events and counts stay on the same series."""
+        last = self._last_seen.get(out.index)
+        if last is not None:
+            for name in IDENTITY:
+                if getattr(out, name) is None:
+                    setattr(out, name, getattr(last, name))
+        self._last_seen[out.index] = out

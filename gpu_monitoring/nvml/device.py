@@ -122,10 +122,6 @@ class Device:
                 self._static[name] = None
         return self._static[name]
 
-    def known(self, name: str) -> Any:
-        """A static value already read, without asking NVML (None if never read)."""
-        return self._static.get(name)
-
     def refused_functions(self) -> List[str]:
         return sorted({key[0] for key in self._refused})
 
