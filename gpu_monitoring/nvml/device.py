@@ -123,7 +123,8 @@ class Device:
         return self._static[name]
 
     def refused_functions(self) -> List[str]:
-        return sorted({key[0] for key in self._refused})
+        """What NVML refused for good, as `name` or `name(args)` where arguments told the calls apart."""
+        return sorted(f"{key[0]}({', '.join(map(str, key[1:]))})" if key[1:] else key[0] for key in self._refused)
 
     # --- field values -----------------------------------------------------------------
 

@@ -90,10 +90,18 @@ class SimDevice:
     # --- gauges ---------------------------------------------------------------------
 
     def utilization(self, now: float) -> float:
-        if self.mig:
-            weights = [m.spec.memory_mib for m in self.mig]
-            return sum(m.utilization(now) * w for m, w in zip(self.mig, weights)) / sum(weights)
-        return self.load.at(now)
+        return self._over_instances(lambda load: load.at(now))
+
+    def load_integral(self, now: float) -> float:
+        """The integral of utilization(), so counters grow with what the gauges show."""
+        return self._over_instances(lambda load: load.integral(now))
+
+    def _over_instances(self, of_load) -> float:
+        """A value of the GPU's load curve; in MIG mode the instances' values weighted by their memory."""
+        if not self.mig:
+            return of_load(self.load)
+        weights = [m.spec.memory_mib for m in self.mig]
+        return sum(of_load(m.load) * w for m, w in zip(self.mig, weights)) / sum(weights)
 
     def memory_used(self, now: float) -> int:
         if self.mig:
@@ -171,7 +179,7 @@ class SimDevice:
     def counters(self, now: float) -> Dict[str, float]:
         base = self.spec.get("counters", {})
         links = self.spec.get("nvlink_links", 0)
-        energy_j = self._power_w(0) * now + (self._power_w(100) - self._power_w(0)) * self.load.integral(now) / 100
+        energy_j = self._power_w(0) * now + (self._power_w(100) - self._power_w(0)) * self.load_integral(now) / 100
         values = {
             "energy_mj": base.get("energy_j", 0) * 1000 + energy_j * 1000,
             "pcie_replay": base.get("pcie_replay", 0) + int(now / 3600),
@@ -189,7 +197,7 @@ class SimDevice:
         for name in ("crc_flit", "crc_data", "replay", "recovery"):
             values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
         if links:
-            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * self.load.integral(now) / 100 / 1024
+            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * self.load_integral(now) / 100 / 1024
             values["nvlink_tx_kib"] = int(kib)
             values["nvlink_rx_kib"] = int(kib * 0.97)
         return values

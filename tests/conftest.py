@@ -1,0 +1,118 @@
+"""Shared fixtures: the Agent's stub aggregator and simulated nodes with a frozen scenario clock.
+
+Every test reads a simulated node: the real pynvml bindings talk to the simulator's C
+function pointers. Scenario time does not move by itself (speed 0); a node advances by one
+collection interval (15 s) between check runs, so every value is a function of the run.
+"""
+
+import pytest
+from datadog_checks.base.stubs import aggregator as _aggregator
+from datadog_checks.base.stubs import datadog_agent as _datadog_agent
+
+from gpu_monitoring import GpuMonitoringCheck
+
+INTERVAL = 15
+NAMESPACE = "gpu_monitoring."
+HEALTH = "gpu_monitoring.device.health"
+
+
+def tag_dict(tags):
+    return dict(tag.split(":", 1) for tag in tags)
+
+
+class SimulatedNode:
+    """One check instance on a simulated node; the aggregator holds the last run only."""
+
+    def __init__(self, simulate, **options):
+        self.check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=str(simulate))])
+        self.sim = self.check.simulation
+        self.sim.clock.set_speed(0)
+        self.runs = 0
+
+    @property
+    def now(self):
+        return self.sim.now()
+
+    def run(self, times=1):
+        """Run the check `times` times, moving scenario time one interval before every run but the first."""
+        for _ in range(times):
+            if self.runs:
+                self.sim.advance(INTERVAL)
+            _aggregator.reset()
+            error = self.check.run()
+            assert error == "", f"check run at t={self.now:.0f} failed: {error}"
+            self.runs += 1
+        return self
+
+    def run_until(self, seconds):
+        """Run every interval from where the node is up to and including the run at scenario time `seconds`."""
+        return self.run(int(seconds // INTERVAL) + 1 - self.runs)
+
+    # --- what the last run submitted ---------------------------------------------------
+
+    @staticmethod
+    def series(metric):
+        return _aggregator.metrics(NAMESPACE + metric)
+
+    def values(self, metric):
+        """{gpu index: value} of a physical GPU's series (MIG instance series left out)."""
+        out = {}
+        for stub in self.series(metric):
+            tags = tag_dict(stub.tags)
+            if "gpu_instance_id" not in tags:
+                index = int(tags["gpu_index"])
+                assert index not in out, f"{metric} submitted twice for GPU {index}"
+                out[index] = stub.value
+        return out
+
+    def instance_values(self, metric):
+        """{(gpu index, gpu instance id): value} of MIG instance series."""
+        out = {}
+        for stub in self.series(metric):
+            tags = tag_dict(stub.tags)
+            if "gpu_instance_id" in tags:
+                out[(int(tags["gpu_index"]), int(tags["gpu_instance_id"]))] = stub.value
+        return out
+
+    @staticmethod
+    def health():
+        """{gpu index: service check stub} of device.health in the last run."""
+        out = {}
+        for stub in _aggregator.service_checks(HEALTH):
+            index = int(tag_dict(stub.tags)["gpu_index"])
+            assert index not in out, f"two health checks for GPU {index}"
+            out[index] = stub
+        return out
+
+    @staticmethod
+    def statuses():
+        return {index: stub.status for index, stub in SimulatedNode.health().items()}
+
+
+@pytest.fixture
+def aggregator():
+    _aggregator.reset()
+    yield _aggregator
+    _aggregator.reset()
+
+
+@pytest.fixture
+def datadog_agent():
+    _datadog_agent.reset()
+    yield _datadog_agent
+    _datadog_agent.reset()
+
+
+@pytest.fixture
+def node(aggregator):
+    """node(scenario name or YAML path, **instance options) -> SimulatedNode; NVML is shut down afterwards."""
+    made = []
+
+    def make(simulate, **options):
+        made.append(SimulatedNode(simulate, **options))
+        return made[-1]
+
+    yield make
+    for simulated in made:
+        simulated.check.cancel()
+

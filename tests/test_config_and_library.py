@@ -1,0 +1,143 @@
+"""Instance options (errors that name the option, and their effect) and a missing NVML library."""
+
+import ctypes.util
+import logging
+
+import pytest
+from datadog_checks.base import AgentCheck, ConfigurationError
+
+from gpu_monitoring import GpuMonitoringCheck
+
+MISSING_LIBRARY = "/nonexistent/libnvidia-ml.so.1"
+
+
+def make(instance):
+    return GpuMonitoringCheck("gpu_monitoring", {}, [instance])
+
+
+@pytest.mark.parametrize(
+    "instance, option",
+    [
+        ({"xid_ignore": "x"}, "xid_ignore"),
+        ({"xid_ignore": 13}, "xid_ignore"),
+        ({"xid_ignore": [0]}, "xid_ignore"),
+        ({"xid_ignore": [True]}, "xid_ignore"),
+        ({"xid_ignore": ["13"]}, "xid_ignore"),
+        ({"disabled_collectors": ["nope"]}, "disabled_collectors"),
+        ({"disabled_collectors": "gpm"}, "disabled_collectors"),
+        ({"temperature_margin": -1}, "temperature_margin"),
+        ({"temperature_margin": "5"}, "temperature_margin"),
+        ({"temperature_margin": True}, "temperature_margin"),
+        ({"simulate": "no-such-scenario"}, "simulate"),
+        ({"simulate": ""}, "simulate"),
+        ({"simulate": 3}, "simulate"),
+        ({"nvml_library_path": 5}, "nvml_library_path"),
+        ({"nvml_library_path": "  "}, "nvml_library_path"),
+        ({"collect_processes": "yes"}, "collect_processes"),
+        ({"tags": "team:ml"}, "tags"),
+        ({"tags": [1]}, "tags"),
+        ({"source": "remote"}, "source"),
+    ],
+)
+def test_bad_option_is_a_configuration_error_naming_it(instance, option):
+    with pytest.raises(ConfigurationError, match=f"`{option}`"):
+        make(instance)
+
+
+def test_error_messages_say_what_is_allowed():
+    with pytest.raises(ConfigurationError) as error:
+        make({"disabled_collectors": ["gpm", "nope"]})
+    assert "'nope'" in str(error.value)
+    assert "utilization" in str(error.value) and "memory_errors" in str(error.value)
+    with pytest.raises(ConfigurationError) as error:
+        make({"simulate": "no-such-scenario"})
+    assert "dgx-h100" in str(error.value) and "faults" in str(error.value)
+
+
+@pytest.mark.parametrize("instance", [{"xid_ignore": 0}, {"disabled_collectors": False}, {"tags": ""}])
+def test_falsy_value_of_the_wrong_type_is_an_error_too(instance):
+    # `xid_ignore: 13` is rejected as "must be a list"; `xid_ignore: 0` must be as well.
+    (option,) = instance
+    with pytest.raises(ConfigurationError, match=f"`{option}`"):
+        make(instance)
+
+
+def test_broken_scenario_file(tmp_path):
+    scenario = tmp_path / "broken.yaml"
+    scenario.write_text("description: no devices here\n")
+    with pytest.raises(ConfigurationError, match="`simulate`"):
+        make({"simulate": str(scenario)})
+
+
+def test_good_options_are_accepted(tmp_path):
+    check = make({
+        "simulate": "t4-shared",
+        "xid_ignore": [13, 43],
+        "disabled_collectors": ["gpm", "nvlink"],
+        "temperature_margin": 0,
+        "collect_processes": True,
+        "tags": ["team:ml"],
+    })
+    assert check.config.xid_ignore == [13, 43]
+    assert check.config.temperature_margin == 0
+    assert check.config.tags == ["team:ml"]
+
+
+def test_disabled_collectors(node):
+    dgx = node("dgx-h100", disabled_collectors=["gpm", "nvlink"]).run(2)
+    assert dgx.series("sm_active") == []
+    assert dgx.series("nvlink.links.active") == []
+    assert dgx.series("nvlink.throughput.tx") == []
+    assert dgx.sim.calls["nvmlGpmSampleGet"] == 0
+    # Everything else is still read.
+    assert len(dgx.values("temperature")) == 8
+    assert len(dgx.values("utilization.gpu")) == 8
+    assert dgx.values("pcie.link.generation") == dict.fromkeys(range(8), 5)
+
+
+def test_collect_processes_false(node):
+    dgx = node("dgx-h100", collect_processes=False).run(2)
+    assert dgx.series("processes.count") == []
+    assert dgx.sim.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 0
+    assert len(dgx.values("memory.used")) == 8
+
+
+def test_missing_library(aggregator, caplog):
+    caplog.set_level(logging.DEBUG)
+    check = make({"nvml_library_path": MISSING_LIBRARY})
+    for _ in range(3):
+        assert check.run() == ""
+    connects = aggregator.service_checks("gpu_monitoring.nvml.can_connect")
+    assert len(connects) == 3
+    for stub in connects:
+        assert stub.status == AgentCheck.CRITICAL
+        assert MISSING_LIBRARY in stub.message
+        assert "nvml_library_path" in stub.message
+    assert aggregator.metric_names == []
+    assert aggregator.service_checks("gpu_monitoring.device.health") == []
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert MISSING_LIBRARY in warnings[0].getMessage()
+    check.cancel()
+
+
+def test_missing_library_with_instance_tags(aggregator):
+    check = make({"nvml_library_path": MISSING_LIBRARY, "tags": ["team:ml"]})
+    assert check.run() == ""
+    aggregator.assert_service_check(
+        "gpu_monitoring.nvml.can_connect", status=AgentCheck.CRITICAL, tags=["team:ml"], count=1
+    )
+
+
+@pytest.mark.skipif(ctypes.util.find_library("c") is None, reason="no C library to load")
+def test_library_that_is_not_nvml(aggregator, caplog):
+    caplog.set_level(logging.WARNING)
+    libc = ctypes.util.find_library("c")
+    check = make({"nvml_library_path": libc})
+    assert check.run() == ""
+    assert check.run() == ""
+    connects = aggregator.service_checks("gpu_monitoring.nvml.can_connect")
+    assert [s.status for s in connects] == [AgentCheck.CRITICAL] * 2
+    assert "NVML did not initialise" in connects[0].message
+    assert libc in connects[0].message
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1

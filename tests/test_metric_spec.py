@@ -1,0 +1,104 @@
+"""The metric spec (metrics.yaml) against metadata.csv and against what the scenarios really submit."""
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from datadog_checks.base.stubs import aggregator as stub_aggregator
+
+from gpu_monitoring import GpuMonitoringCheck, metric_spec
+from gpu_monitoring.metric_spec import SPEC
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "gpu_monitoring."
+SUBMISSION_TYPES = {
+    "gauge": stub_aggregator.GAUGE,
+    "monotonic_count": stub_aggregator.MONOTONIC_COUNT,
+    "count": stub_aggregator.COUNT,
+}
+# Scenario and how long to run it: faults until t=60 sees the XIDs and the link faults.
+SCENARIOS = {"dgx-h100": 15, "a100-mig": 15, "t4-shared": 15, "legacy-driver": 15, "faults": 60}
+
+
+@pytest.fixture(scope="module")
+def submitted():
+    """{metric name: {scenario: {submission types}}} over every run of every scenario."""
+    found = defaultdict(lambda: defaultdict(set))
+    for scenario, until in SCENARIOS.items():
+        check = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario}])
+        check.simulation.clock.set_speed(0)
+        for run in range(until // 15 + 1):
+            if run:
+                check.simulation.advance(15)
+            stub_aggregator.reset()
+            assert check.run() == ""
+            for name in stub_aggregator.metric_names:
+                assert name.startswith(NAMESPACE), name
+                for stub in stub_aggregator.metrics(name):
+                    found[name[len(NAMESPACE):]][scenario].add(stub.type)
+        check.cancel()
+    stub_aggregator.reset()
+    return found
+
+
+def test_metadata_csv_is_up_to_date():
+    committed = (ROOT / "metadata.csv").read_text()
+    assert committed == metric_spec.metadata_csv(), (
+        "metadata.csv is stale: it no longer matches gpu_monitoring/metrics.yaml; run `make metadata`"
+    )
+
+
+def test_metadata_csv_rows():
+    with open(ROOT / "metadata.csv") as f:
+        rows = {row["metric_name"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {NAMESPACE + name for name in SPEC}
+    for name, metric in SPEC.items():
+        row = rows[NAMESPACE + name]
+        # Datadog stores monotonic counts as counts.
+        assert row["metric_type"] == {"gauge": "gauge", "monotonic_count": "count", "count": "count"}[metric.type]
+        assert row["unit_name"] == metric.unit
+        assert row["integration"] == "gpu_monitoring"
+        assert row["description"]
+
+
+def test_spec_types():
+    for name, metric in SPEC.items():
+        assert metric.type in SUBMISSION_TYPES, name
+        assert metric.full_name == NAMESPACE + name
+    # Cumulative hardware counters are monotonic counts, XIDs a count of events per run.
+    for name in ("energy.consumed", "pcie.replay_errors", "ecc.errors.corrected", "ecc.errors.uncorrected",
+                 "nvlink.errors.crc_flit", "nvlink.errors.crc_data", "nvlink.errors.replay",
+                 "nvlink.errors.recovery"):
+        assert SPEC[name].type == "monotonic_count", name
+    assert SPEC["xid_errors"].type == "count"
+    assert SPEC["temperature"].type == "gauge"
+
+
+def test_every_spec_metric_is_submitted_by_some_scenario(submitted):
+    missing = sorted(set(SPEC) - set(submitted))
+    assert missing == [], f"in metrics.yaml but no scenario submits them: {missing}"
+
+
+@pytest.mark.parametrize(
+    "metric, scenario",
+    [
+        ("utilization.encoder", "t4-shared"),
+        ("fan.speed", "legacy-driver"),
+        ("retired_pages.single_bit", "legacy-driver"),
+        ("retired_pages.single_bit", "t4-shared"),
+        ("xid_errors", "faults"),
+        ("mig.instances", "a100-mig"),
+        ("sm_active", "dgx-h100"),
+        ("memory.reserved", "dgx-h100"),
+    ],
+)
+def test_where_the_rarer_metrics_come_from(submitted, metric, scenario):
+    assert scenario in submitted[metric]
+
+
+def test_every_submitted_metric_is_in_the_spec_with_its_type(submitted):
+    for name, by_scenario in submitted.items():
+        assert name in SPEC, f"{name} is submitted but not in metrics.yaml"
+        for scenario, types in by_scenario.items():
+            assert types == {SUBMISSION_TYPES[SPEC[name].type]}, (name, scenario, types)

@@ -1,0 +1,199 @@
+"""The Snapshot as JSON (sidecar mode) and the `gpu-monitoring` command line."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_monitoring import metric_spec, simulator
+from gpu_monitoring.cli import main
+from gpu_monitoring.collectors import NodeCollector
+from gpu_monitoring.nvml import NvmlSession
+from gpu_monitoring.snapshot import Snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def collect(scenario, runs):
+    """The snapshots of `runs` collections, 15 s of scenario time apart."""
+    sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
+    collector = NodeCollector(NvmlSession(sim.library))
+    snapshots = []
+    try:
+        for run in range(runs):
+            if run:
+                sim.advance(15)
+            snapshots.append(collector.collect())
+    finally:
+        collector.close()
+    return snapshots
+
+
+def run_cli(capsys, *args):
+    code = main(["check", *args])
+    out = capsys.readouterr().out
+    assert code == 0
+    return out
+
+
+def tag_dict(tags):
+    return dict(tag.split(":", 1) for tag in tags)
+
+
+# --- snapshot ----------------------------------------------------------------------------
+
+
+def test_snapshot_round_trip():
+    first, second = collect("dgx-h100", 2)
+    for snapshot in (first, second):
+        text = snapshot.to_json()
+        back = Snapshot.from_json(text)
+        assert back == snapshot
+        assert back.to_json() == text
+    assert len(second.devices) == 8
+    assert second.node.driver_version == "550.90.07"
+    assert second.devices[0].metrics["memory.total"] == 81559 * 1024 * 1024
+    # GPM values only exist from the second collection on, and survive the trip.
+    assert "sm_active" not in first.devices[0].metrics
+    assert Snapshot.from_json(second.to_json()).devices[0].metrics["sm_active"] > 0
+    assert [p.pid for p in Snapshot.from_json(second.to_json()).devices[3].processes] == [60211, 60388]
+
+
+def test_snapshot_round_trip_with_mig_instances():
+    (snapshot,) = collect("a100-mig", 1)
+    back = Snapshot.from_json(snapshot.to_json())
+    assert back == snapshot
+    instances = back.devices[1].mig_instances
+    assert [i.gpu_instance_id for i in instances] == [7, 8, 9, 10, 11, 12, 13]
+    assert {i.profile for i in instances} == {"1g.10gb"}
+    assert instances[0].processes[0].pid == 4201
+    assert instances[0].processes[0].gpu_instance_id == 7
+
+
+def test_snapshot_round_trip_with_events_and_a_lost_gpu():
+    snapshot = collect("faults", 3)[-1]
+    back = Snapshot.from_json(snapshot.to_json())
+    assert back == snapshot
+    assert back.devices[2].lost is True and "lost" in back.devices[2].error.lower()
+    assert back.devices[2].metrics == {}
+    assert sorted((e.kind, e.code) for e in back.events) == [("ecc_dbe", 0), ("xid", 13), ("xid", 63), ("xid", 79)]
+    by_code = {e.code: e for e in back.events if e.kind == "xid"}
+    assert by_code[79].device_uuid == back.devices[2].uuid
+
+
+def test_snapshot_of_another_version_is_refused():
+    (snapshot,) = collect("t4-shared", 1)
+    raw = json.loads(snapshot.to_json())
+    raw["version"] = 99
+    with pytest.raises(ValueError, match="version"):
+        Snapshot.from_json(json.dumps(raw))
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def test_cli_json(capsys):
+    report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
+    assert set(report) == {"metrics", "service_checks", "events"}
+    for metric in report["metrics"]:
+        assert set(metric) == {"name", "type", "value", "tags"}
+        assert metric["name"].startswith("gpu_monitoring.")
+        assert metric["type"] in {"gauge", "monotonic_count", "count"}
+        assert metric["tags"] == sorted(metric["tags"])
+    for check in report["service_checks"]:
+        assert set(check) == {"name", "status", "tags", "message"}
+    assert report["events"] == []
+    statuses = {(c["name"], c["status"]) for c in report["service_checks"]}
+    assert statuses == {("gpu_monitoring.device.health", "OK"), ("gpu_monitoring.nvml.can_connect", "OK")}
+    assert len(report["service_checks"]) == 9
+    count = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.devices.count"]
+    assert [m["value"] for m in count] == [8]
+    temperatures = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.temperature"]
+    assert len(temperatures) == 8 and all(m["type"] == "gauge" for m in temperatures)
+
+
+def test_cli_shows_monotonic_counts_as_the_increase(capsys):
+    report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
+    energy = {tag_dict(m["tags"])["gpu_index"]: m for m in report["metrics"]
+              if m["name"] == "gpu_monitoring.energy.consumed"}
+    assert len(energy) == 8
+    for metric in energy.values():
+        assert metric["type"] == "monotonic_count"
+        # One 15 s interval of an H100 drawing between its idle 72 W and its 700 W limit,
+        # not the 520 MJ the counter holds since the driver loaded.
+        assert 0 < metric["value"] < 520e6 / 1000
+        assert 72 * 15 * 0.9 <= metric["value"] <= 700 * 15 * 1.1
+    replays = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.pcie.replay_errors"]
+    assert [m["value"] for m in replays] == [0] * 8
+
+
+def test_cli_single_run_has_no_increase_to_show(capsys):
+    report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json", "--runs", "1"))
+    assert [m for m in report["metrics"] if m["type"] == "monotonic_count"] == []
+    assert any(m["name"] == "gpu_monitoring.temperature" for m in report["metrics"])
+
+
+def test_cli_faults_show_xids(capsys):
+    report = json.loads(run_cli(capsys, "--simulate", "faults", "--runs", "3", "--json"))
+    events = {tag_dict(e["tags"])["xid"]: e for e in report["events"]}
+    assert set(events) == {"13", "63", "79"}
+    assert events["79"]["alert_type"] == "error"
+    assert events["79"]["title"].startswith("XID 79 on GPU 2")
+    assert "What to do" in events["79"]["text"]
+    health = {tag_dict(c["tags"]).get("gpu_index"): c for c in report["service_checks"]
+              if c["name"] == "gpu_monitoring.device.health"}
+    assert health["2"]["status"] == "CRITICAL"
+    assert health["1"]["status"] == "WARNING"
+    assert health["0"]["status"] == "OK"
+    xids = {tag_dict(m["tags"])["xid"]: m for m in report["metrics"] if m["name"] == "gpu_monitoring.xid_errors"}
+    assert {code: m["value"] for code, m in xids.items()} == {"13": 1, "63": 1, "79": 1}
+    assert tag_dict(xids["79"]["tags"])["xid_action"] == "reboot_node"
+
+
+def test_cli_table(capsys):
+    out = run_cli(capsys, "--simulate", "faults", "--runs", "3")
+    assert out.startswith("=== Metrics (")
+    assert "=== Service checks (7) ===" in out
+    assert "=== Events (3) ===" in out
+    assert "[error] XID 79 on GPU 2" in out
+    assert "CRITICAL" in out
+
+
+def test_cli_with_the_example_config(capsys):
+    report = json.loads(run_cli(capsys, "--config", str(ROOT / "conf.yaml.example"), "--simulate", "t4-shared",
+                                "--json"))
+    health = [c for c in report["service_checks"] if c["name"] == "gpu_monitoring.device.health"]
+    assert [c["status"] for c in health] == ["OK", "OK"]
+    counts = [m["value"] for m in report["metrics"] if m["name"] == "gpu_monitoring.processes.count"]
+    assert counts == [3, 3]
+
+
+def test_cli_config_interval_and_tags(capsys, tmp_path):
+    config = tmp_path / "conf.yaml"
+    config.write_text(
+        "init_config: {}\n"
+        "instances:\n"
+        "  - {simulate: faults, min_collection_interval: 30, tags: [team:ml]}\n"
+    )
+    # Two runs 30 s apart reach t=30, past the faults at t=20.
+    report = json.loads(run_cli(capsys, "--config", str(config), "--json"))
+    assert {tag_dict(e["tags"])["xid"] for e in report["events"]} == {"13", "63", "79"}
+    for item in report["metrics"] + report["service_checks"] + report["events"]:
+        assert "team:ml" in item["tags"]
+
+
+def test_cli_rejects_zero_runs(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "--simulate", "dgx-h100", "--runs", "0"])
+    assert exit_.value.code == 2
+    assert "--runs" in capsys.readouterr().err
+
+
+def test_cli_metadata(capsys):
+    assert main(["metadata"]) == 0
+    out = capsys.readouterr().out
+    assert out == metric_spec.metadata_csv()
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == len(metric_spec.SPEC)
