@@ -11,6 +11,30 @@ from datadog_checks.base.stubs import datadog_agent as _datadog_agent
 
 from gpu_monitoring import GpuMonitoringCheck
 
+# The driver and device model that scenarios written by tests share; devices and faults follow.
+H100_PCIE_NODE = '''driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}
+models:
+  h100:
+    name: NVIDIA H100 PCIe
+    architecture: hopper
+    memory_mib: 81559
+    reserved_mib: 0
+    bar1_mib: 131072
+    clocks_max: {sm: 1755, memory: 1593, graphics: 1755, video: 1620}
+    power_limit_w: 350
+    idle_power_w: 48
+    slowdown_c: 88
+    shutdown_c: 92
+    pcie: {generation: 5, width: 16}
+    nvlink_links: 0
+    gpm: true
+    ecc: true
+    row_remapping: true
+    page_retirement: true
+    energy: true
+    mig_capable: true
+'''
+
 INTERVAL = 15
 NAMESPACE = "gpu_monitoring."
 HEALTH = "gpu_monitoring.device.health"

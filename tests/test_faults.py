@@ -15,6 +15,8 @@ from gpu_monitoring import simulator
 from gpu_monitoring.collectors import NodeCollector
 from gpu_monitoring.nvml import NvmlSession
 
+from .conftest import H100_PCIE_NODE
+
 GPUS = range(6)
 OK, WARNING, CRITICAL = AgentCheck.OK, AgentCheck.WARNING, AgentCheck.CRITICAL
 
@@ -241,29 +243,8 @@ def test_driver_reload(faults, caplog):
     assert faults.sim.failures == []
 
 
-MORE_FAULTS = """
+MORE_FAULTS = H100_PCIE_NODE + """
 description: Six H100 PCIe with the faults the faults scenario does not have.
-driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}
-models:
-  h100:
-    name: NVIDIA H100 PCIe
-    architecture: hopper
-    memory_mib: 81559
-    reserved_mib: 0
-    bar1_mib: 131072
-    clocks_max: {sm: 1755, memory: 1593, graphics: 1755, video: 1620}
-    power_limit_w: 350
-    idle_power_w: 48
-    slowdown_c: 88
-    shutdown_c: 92
-    pcie: {generation: 5, width: 16}
-    nvlink_links: 0
-    gpm: true
-    ecc: true
-    row_remapping: true
-    page_retirement: true
-    energy: true
-    mig_capable: true
 devices:
   - {model: h100, load: {utilization: 50}}
   - {model: h100, load: {utilization: 50}}

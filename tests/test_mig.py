@@ -4,6 +4,8 @@ import logging
 
 from datadog_checks.base import AgentCheck
 
+from .conftest import H100_PCIE_NODE
+
 MIB = 1024 * 1024
 PHYSICAL = [0, 1, 2, 3]
 MIG_GPUS = [0, 1, 3]
@@ -215,25 +217,8 @@ def test_gpm_per_mig_instance(node, tmp_path):
     assert h100.sim.failures == []
 
 
-LOST_MIG_GPU_SCENARIO = """
+LOST_MIG_GPU_SCENARIO = H100_PCIE_NODE + """
 description: Two H100 PCIe; GPU 1 runs MIG and falls off the bus at t=20 until t=50.
-driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}
-models:
-  h100:
-    name: NVIDIA H100 PCIe
-    architecture: hopper
-    memory_mib: 81559
-    reserved_mib: 0
-    bar1_mib: 131072
-    clocks_max: {sm: 1755, memory: 1593, graphics: 1755, video: 1620}
-    power_limit_w: 350
-    idle_power_w: 48
-    slowdown_c: 88
-    shutdown_c: 92
-    pcie: {generation: 5, width: 16}
-    nvlink_links: 0
-    gpm: true
-    mig_capable: true
 devices:
   - {model: h100, load: {utilization: 50}}
   - {model: h100, mig: [{profile: 3g.40gb, gi: 1, memory_mib: 40192, utilization: 80}]}
