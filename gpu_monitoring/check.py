@@ -7,7 +7,7 @@ from datadog_checks.base import AgentCheck, ConfigurationError
 from . import health, simulator
 from .collectors import NodeCollector
 from .config import parse
-from .nvml import LibraryUnavailable, NvmlSession
+from .nvml import NvmlError, NvmlSession
 from .snapshot import Device, Snapshot
 from .submission import Submitter
 
@@ -45,7 +45,8 @@ class GpuMonitoringCheck(AgentCheck):
     def _read_node(self) -> Optional[Snapshot]:
         try:
             snapshot = self.collector.collect()
-        except LibraryUnavailable as e:
+        except NvmlError as e:
+            # The library is missing, or NVML failed as a whole (not one GPU): nothing to read this run.
             self._nvml_unavailable(str(e))
             return None
         if self._unavailable:
