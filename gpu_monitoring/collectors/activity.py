@@ -1,6 +1,6 @@
 """Engine utilization (NVML sampling) and GPM profiling metrics (Hopper and later)."""
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..nvml import CannotAnswer, Device, GpmSampler
 from .base import Collector, Fields, read
@@ -24,14 +24,14 @@ class Gpm(Collector):
     name = "gpm"
 
     def __init__(self) -> None:
-        self._samplers: Dict[Tuple[int, ...], GpmSampler] = {}
+        self._samplers: Dict[Tuple[int, Optional[int]], GpmSampler] = {}
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        key = (device.parent.index, device.index) if device.is_mig else (device.index,)
+        physical = device.parent or device
+        instance = device.gpu_instance_id if device.is_mig else None
+        key = (physical.index, instance)
         sampler = self._samplers.get(key)
         if sampler is None:
-            physical = device.parent or device
-            instance = device.gpu_instance_id if device.is_mig else None
             sampler = self._samplers[key] = GpmSampler(physical, instance)
         try:
             out.metrics.update(sampler.read())
