@@ -156,6 +156,20 @@ def test_pcie(dgx):
         assert tx[index] == rx[index] == 0
 
 
+def test_pcie_throughput_from_byte_counters_without_sampling_calls(node):
+    # H100 drivers expose cumulative PCIe byte counters as field values: throughput is their rate
+    # between two runs, read in the one batched call, never with the 20 ms sampling query.
+    dgx = node("dgx-h100").run()
+    assert dgx.values("pcie.throughput.tx") == {}
+    dgx.run()
+    tx, rx = dgx.values("pcie.throughput.tx"), dgx.values("pcie.throughput.rx")
+    assert set(tx) == set(rx) == set(GPUS)
+    # 12 GB/s receive and 7.2 GB/s transmit at full load; GPU 0 runs near 88 % busy.
+    assert 0.7 * 12e9 * 1024 / 1000 < rx[0] < 12e9 * 1024 / 1000
+    assert abs(tx[0] / rx[0] - 0.6) < 0.01
+    assert dgx.sim.calls["nvmlDeviceGetPcieThroughput"] == 0
+
+
 def test_nvlink(node):
     dgx = node("dgx-h100").run()
     # Throughput is a rate between two runs: none on the first.

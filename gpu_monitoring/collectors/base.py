@@ -1,6 +1,6 @@
 """What every collector shares: the interface and a guarded read of one value."""
 
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Hashable, Iterable, Optional, Tuple
 
 from ..nvml import CannotAnswer, Device
 from ..nvml.device import FieldKey
@@ -42,3 +42,27 @@ def copy_fields(metrics: Dict[str, float], fields: Fields, names: Dict[str, str]
     for field_name, metric in names.items():
         if (field_name, 0) in fields:
             metrics[metric] = fields[(field_name, 0)]
+
+
+class CounterRates:
+    """Per-second rates of cumulative NVML counters between two runs, one history per key.
+
+    Time comes from NVML's own field timestamps (microseconds), so the interval is the one
+    the counters were read over. A counter that went backwards (driver reload) gives no rate.
+    """
+
+    def __init__(self) -> None:
+        self._previous: Dict[Hashable, Tuple[int, Tuple[float, ...]]] = {}
+
+    def update(self, key: Hashable, timestamp_us: int, values: Tuple[float, ...]) -> Optional[Tuple[float, ...]]:
+        previous = self._previous.get(key)
+        self._previous[key] = (timestamp_us, values)
+        if previous is None or timestamp_us <= previous[0]:
+            return None
+        if any(now < before for now, before in zip(values, previous[1])):
+            return None
+        seconds = (timestamp_us - previous[0]) / 1e6
+        return tuple((now - before) / seconds for now, before in zip(values, previous[1]))
+
+    def forget(self) -> None:
+        self._previous = {}

@@ -1,9 +1,7 @@
 """NVLink state, throughput and error counters, all from the batched field values."""
 
-from typing import Dict, Tuple
-
 from ..nvml import Device
-from .base import Collector, Fields, copy_fields
+from .base import Collector, CounterRates, Fields, copy_fields
 
 ERRORS = {
     "nvlink_crc_flit": "nvlink.errors.crc_flit",
@@ -19,7 +17,7 @@ class NvLink(Collector):
     name = "nvlink"
 
     def __init__(self) -> None:
-        self._previous: Dict[int, Tuple[int, float, float]] = {}  # device -> (µs, tx bytes, rx bytes)
+        self._rates = CounterRates()
 
     def fields(self, device: Device):
         links = range(device.nvlink_count)
@@ -44,15 +42,9 @@ class NvLink(Collector):
         rx = [fields.get(("nvlink_rx_kib", link)) for link in links]
         if None in tx or None in rx:
             return
-        now = device.fields_timestamp_us
-        current = (now, sum(tx) * 1024.0, sum(rx) * 1024.0)
-        previous = self._previous.get(device.index)
-        self._previous[device.index] = current
-        if previous is None or now <= previous[0] or current[1] < previous[1] or current[2] < previous[2]:
-            return
-        seconds = (now - previous[0]) / 1e6
-        metrics["nvlink.throughput.tx"] = (current[1] - previous[1]) / seconds
-        metrics["nvlink.throughput.rx"] = (current[2] - previous[2]) / seconds
+        rates = self._rates.update(device.index, device.fields_timestamp_us, (sum(tx) * 1024.0, sum(rx) * 1024.0))
+        if rates is not None:
+            metrics["nvlink.throughput.tx"], metrics["nvlink.throughput.rx"] = rates
 
     def forget(self) -> None:
-        self._previous = {}
+        self._rates.forget()

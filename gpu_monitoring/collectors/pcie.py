@@ -1,22 +1,27 @@
 """PCIe throughput, replays and link training."""
 
 from ..nvml import CannotAnswer, Device
-from .base import Collector, Fields, copy_fields, read
+from .base import Collector, CounterRates, Fields, copy_fields, read
+
+BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]
 
 
 class Pcie(Collector):
+    """Throughput is the rate of NVML's PCIe byte counters between runs where the driver has
+    them (one batched read); otherwise nvmlDeviceGetPcieThroughput, which samples for 20 ms
+    per direction."""
+
     name = "pcie"
 
+    def __init__(self) -> None:
+        self._rates = CounterRates()
+
     def fields(self, device: Device):
-        return [("pcie_replay", 0)]
+        return [("pcie_replay", 0), *BYTE_COUNTERS]
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         m = out.metrics
-        try:
-            tx, rx = device.pcie_throughput_kib()
-            m["pcie.throughput.tx"], m["pcie.throughput.rx"] = tx * 1024, rx * 1024
-        except CannotAnswer:
-            pass
+        self._throughput(device, fields, m)
         try:
             m["pcie.link.generation"], m["pcie.link.width"] = device.pcie_link()
         except CannotAnswer:
@@ -25,3 +30,19 @@ class Pcie(Collector):
         read(m, "pcie.link.generation.max", lambda: generation)
         read(m, "pcie.link.width.max", lambda: width)
         copy_fields(m, fields, {"pcie_replay": "pcie.replay_errors"})
+
+    def _throughput(self, device: Device, fields: Fields, m) -> None:
+        if all(key in fields for key in BYTE_COUNTERS):
+            counters = tuple(fields[key] for key in BYTE_COUNTERS)
+            rates = self._rates.update(device.index, device.fields_timestamp_us, counters)
+            if rates is not None:
+                m["pcie.throughput.tx"], m["pcie.throughput.rx"] = rates
+            return
+        try:
+            tx, rx = device.pcie_throughput_kib()
+        except CannotAnswer:
+            return
+        m["pcie.throughput.tx"], m["pcie.throughput.rx"] = tx * 1024, rx * 1024
+
+    def forget(self) -> None:
+        self._rates.forget()

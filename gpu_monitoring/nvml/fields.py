@@ -6,6 +6,8 @@ FIELD_IDS = {
     "energy_mj": pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
     "memory_temperature": pynvml.NVML_FI_DEV_MEMORY_TEMP,
     "pcie_replay": pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+    "pcie_tx_bytes": pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    "pcie_rx_bytes": pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
     "ecc_corrected": pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
     "ecc_uncorrected": pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
     "remapped_correctable": pynvml.NVML_FI_DEV_REMAPPED_COR,

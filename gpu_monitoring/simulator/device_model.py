@@ -20,6 +20,7 @@ MIB = 1024 * 1024
 # NVLink 4 carries 25 GB/s per direction per link; a busy training job uses a share of it.
 NVLINK_BYTES_PER_S_AT_FULL_LOAD = 0.4 * 25e9
 PCIE_KB_PER_S_AT_FULL_LOAD = 12e6
+PCIE_SHARE = {"tx": 0.6, "rx": 1.0}
 
 
 def _jitter(*parts: object) -> float:
@@ -162,8 +163,7 @@ class SimDevice:
         return link
 
     def pcie_kb_per_s(self, direction: str, now: float) -> int:
-        share = 0.6 if direction == "tx" else 1.0
-        return int(PCIE_KB_PER_S_AT_FULL_LOAD * share * self.utilization(now) / 100)
+        return int(PCIE_KB_PER_S_AT_FULL_LOAD * PCIE_SHARE[direction] * self.utilization(now) / 100)
 
     def nvlink_active(self, link: int, now: float) -> bool:
         return not any(f.params.get("link") == link for f in self._active("nvlink_down", now))
@@ -196,6 +196,9 @@ class SimDevice:
         }
         for name in ("crc_flit", "crc_data", "replay", "recovery"):
             values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
+        for direction, share in PCIE_SHARE.items():
+            kib_busy_seconds = PCIE_KB_PER_S_AT_FULL_LOAD * share * self.load_integral(now) / 100
+            values[f"pcie_{direction}_bytes"] = int(kib_busy_seconds * 1024)
         if links:
             kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * self.load_integral(now) / 100 / 1024
             values["nvlink_tx_kib"] = int(kib)

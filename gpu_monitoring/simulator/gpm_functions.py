@@ -103,6 +103,8 @@ def nvmlGpmMetricsGet(sim, out):
 FIELD_COUNTERS = {
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", "pcie_byte_counters"),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("ecc_dbe", "ecc"),
     pynvml.NVML_FI_DEV_REMAPPED_COR: ("remap_cor", "row_remapping"),
