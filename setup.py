@@ -22,6 +22,7 @@ setup(
         # The Agent ships the base package with its "deps" extra already installed;
         # standalone installs (CLI, sidecar image) need the extra too.
         "datadog-checks-base[deps]>=37.0.0",
+        "grpcio>=1.48",
         "nvidia-ml-py>=12.535.77",
         "pyyaml>=5.4",
         "requests>=2.27",
