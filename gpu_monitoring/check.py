@@ -1,17 +1,24 @@
-"""The gpu_monitoring Agent check: one run reads the node, judges each GPU, and submits."""
+"""The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
-from typing import Dict, Optional
+import os
+from typing import Dict, List, Optional
 
 from datadog_checks.base import AgentCheck, ConfigurationError
+from datadog_checks.base.utils.tagging import tagger
 
 from . import health, simulator
+from .attribution import Attribution, Settings, attribute
 from .collectors import NodeCollector
-from .config import parse
+from .collectors.allocations import AllocationReader
+from .config import InstanceConfig, parse
+from .kube.kubelet import KubeletClient, KubeletError, PodInfo
 from .nvml import NvmlError, NvmlSession
+from .simulator.kubernetes import SimulatedKubernetes
 from .snapshot import Device, Snapshot
 from .submission import Submitter
 
 CAN_CONNECT = "nvml.can_connect"
+KUBELET_CAN_CONNECT = "kubelet.can_connect"
 
 
 class GpuMonitoringCheck(AgentCheck):
@@ -19,28 +26,67 @@ class GpuMonitoringCheck(AgentCheck):
 
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
-        self.config = parse(self.instance or {})
         self.simulation: Optional[simulator.SimulatedNvml] = None
-        library = self.config.nvml_library_path
-        if self.config.simulate:
-            self.simulation = simulator.SimulatedNvml(_scenario(self.config.simulate))
-            library = self.simulation.library
-        self.collector = NodeCollector(NvmlSession(library), disabled=self.config.disabled_collectors)
-        self.submitter = Submitter(self, self.config.tags)
+        self.simulated_node: Optional[SimulatedKubernetes] = None
+        self.config = self._configure(self.instance or {})
+        self.kubelet: Optional[KubeletClient] = None
+        allocations = None
+        if self._on_kubernetes():
+            self.kubelet = KubeletClient(**self.config.kubelet)
+            allocations = AllocationReader(self.config.pod_resources_socket, self.config.gpu_resource_names)
+        library = self.simulation.library if self.simulation else self.config.nvml_library_path
+        self.collector = NodeCollector(
+            NvmlSession(library),
+            disabled=self.config.disabled_collectors,
+            proc_root=self.config.proc_root,
+            max_processes_per_device=self.config.max_processes_per_device,
+            allocations=allocations,
+        )
+        self.settings = Settings(
+            effective_threshold=self.config.effective_threshold,
+            hourly_price=self.config.hourly_price,
+            default_hourly_price=self.config.default_hourly_price,
+        )
+        self.submitter = Submitter(self, self.config.tags, _orchestrator_tags)
         self._previous: Dict[str, Device] = {}
         self._unavailable: Optional[str] = None
+        self._kubernetes_state: Optional[tuple] = None
+
+    def _configure(self, instance: dict) -> InstanceConfig:
+        """The options; with `simulate`, a simulated NVML and, if the scenario has pods, a
+        simulated kubelet, pod-resources socket and proc root the options point at."""
+        config = parse(instance)
+        if not config.simulate:
+            return config
+        self.simulation = simulator.SimulatedNvml(_scenario(config.simulate))
+        if "kubernetes" not in self.simulation.scenario.extra or config.kubernetes == "false":
+            return config
+        self.simulated_node = SimulatedKubernetes(self.simulation)
+        standing_in = self.simulated_node.start()
+        return parse(dict(standing_in, **instance))
+
+    def _on_kubernetes(self) -> bool:
+        if self.config.kubernetes != "auto":
+            return self.config.kubernetes == "true"
+        return os.path.exists(self.config.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
 
     def check(self, _instance) -> None:
         snapshot = self._read_node()
         if snapshot is None:
             return
         self._report_versions(snapshot)
+        attribution = attribute(snapshot, self._pods(snapshot), self.settings)
         healths = {device.index: self._health(device, snapshot) for device in snapshot.devices}
-        self.submitter.submit(snapshot, healths)
+        self.submitter.submit(snapshot, healths, attribution)
+        self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
 
     def cancel(self) -> None:
         self.collector.close()
+        if self.simulated_node is not None:
+            self.simulated_node.stop()
+
+    # --- NVML -------------------------------------------------------------------------
 
     def _read_node(self) -> Optional[Snapshot]:
         try:
@@ -62,6 +108,49 @@ class GpuMonitoringCheck(AgentCheck):
             self._unavailable = reason
         self.service_check(CAN_CONNECT, AgentCheck.CRITICAL, tags=self.config.tags, message=reason)
 
+    def _report_versions(self, snapshot: Snapshot) -> None:
+        for name in ("driver_version", "nvml_version", "cuda_driver_version"):
+            value = getattr(snapshot.node, name)
+            if value:
+                self.set_metadata(name, value)
+
+    # --- Kubernetes -------------------------------------------------------------------
+
+    def _pods(self, snapshot: Snapshot) -> Optional[List[PodInfo]]:
+        """The kubelet's pods (None without Kubernetes or when it can't be read), with the
+        kubelet service check saying how both kubelet sources fared."""
+        if self.kubelet is None:
+            return None
+        problems: List[tuple] = []
+        pods = None
+        try:
+            pods = self.kubelet.pods()
+        except KubeletError as e:
+            problems.append((e.status, f"kubelet: {e}; metrics go out without pod names"))
+        if snapshot.allocations.source == "error":
+            problems.append(("WARNING", f"pod-resources: {snapshot.allocations.error}; "
+                                        "GPUs running a compute process count as allocated until it answers"))
+        self._kubelet_check(problems)
+        return pods
+
+    def _kubelet_check(self, problems: List[tuple]) -> None:
+        status = max((s for s, _ in problems), key=["WARNING", "CRITICAL"].index, default="OK")
+        message = "; ".join(m for _, m in problems) or None
+        if (status, message) != self._kubernetes_state:
+            if message:
+                self.log.warning("Kubernetes attribution degraded: %s", message)
+            elif self._kubernetes_state is not None:
+                self.log.info("kubelet and pod-resources answer again")
+            self._kubernetes_state = (status, message)
+        code = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}[status]
+        self.service_check(KUBELET_CAN_CONNECT, code, tags=self.config.tags, message=message)
+
+    def _report_problems(self, attribution: Attribution) -> None:
+        for problem in attribution.problems:
+            self.warning("pod-resources: %s", problem)
+
+    # --- health -----------------------------------------------------------------------
+
     def _health(self, device: Device, snapshot: Snapshot) -> health.Health:
         events = [e for e in snapshot.events if e.device_uuid == device.uuid]
         return health.evaluate(
@@ -72,11 +161,9 @@ class GpuMonitoringCheck(AgentCheck):
             temperature_margin=self.config.temperature_margin,
         )
 
-    def _report_versions(self, snapshot: Snapshot) -> None:
-        for name in ("driver_version", "nvml_version", "cuda_driver_version"):
-            value = getattr(snapshot.node, name)
-            if value:
-                self.set_metadata(name, value)
+
+def _orchestrator_tags(entity: str) -> List[str]:
+    return tagger.tag(entity, tagger.ORCHESTRATOR) or []
 
 
 def _scenario(name_or_path: str) -> simulator.Scenario:

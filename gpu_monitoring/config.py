@@ -6,8 +6,10 @@ from typing import Any, Dict, List, Mapping, Optional
 from datadog_checks.base import ConfigurationError
 
 from .collectors import COLLECTOR_NAMES
+from .kube.kubelet import kubelet_settings
 
 SOURCES = ("local",)
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,15 @@ class InstanceConfig:
     xid_ignore: List[int] = field(default_factory=list)
     temperature_margin: float = 5.0
     tags: List[str] = field(default_factory=list)
+    kubernetes: str = "auto"  # auto | true | false
+    kubelet: Dict[str, Any] = field(default_factory=dict)  # KubeletClient arguments
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    gpu_resource_names: List[str] = field(default_factory=list)
+    proc_root: str = "/proc"
+    max_processes_per_device: int = 64
+    hourly_price: Dict[str, float] = field(default_factory=dict)
+    default_hourly_price: Optional[float] = None
+    effective_threshold: float = 50.0
 
 
 def parse(instance: Mapping[str, Any]) -> InstanceConfig:
@@ -29,18 +40,58 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
         raise ConfigurationError(f"`source` must be one of {', '.join(SOURCES)}; got {source!r}")
     options["source"] = source
     for name in ("nvml_library_path", "simulate"):
-        value = instance.get(name)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
-        options[name] = value
+        options[name] = _text(instance, name, None)
     options["collect_processes"] = _bool(instance, "collect_processes", True)
     options["disabled_collectors"] = _names(instance, "disabled_collectors", COLLECTOR_NAMES)
     options["xid_ignore"] = _ints(instance, "xid_ignore")
     options["temperature_margin"] = _number(instance, "temperature_margin", 5.0, minimum=0)
     options["tags"] = _strings(instance, "tags")
+    options.update(_kubernetes(instance))
+    options["proc_root"] = _text(instance, "proc_root", "/proc")
+    cap = _number(instance, "max_processes_per_device", 64, minimum=0, integer=True)
+    options["max_processes_per_device"] = int(cap)
+    options["hourly_price"] = _prices(instance)
+    price = instance.get("default_hourly_price")
+    options["default_hourly_price"] = None if price is None else _number(instance, "default_hourly_price", 0, 0)
+    options["effective_threshold"] = _number(instance, "effective_threshold", 50.0, minimum=0, maximum=100)
     if not options["collect_processes"] and "processes" not in options["disabled_collectors"]:
         options["disabled_collectors"] = options["disabled_collectors"] + ["processes"]
     return InstanceConfig(**options)
+
+
+def _kubernetes(instance: Mapping[str, Any]) -> Dict[str, Any]:
+    mode = instance.get("kubernetes", "auto")
+    mode = {True: "true", False: "false"}.get(mode, mode)
+    if mode not in ("auto", "true", "false"):
+        raise ConfigurationError(f"`kubernetes` must be auto, true or false; got {mode!r}")
+    return {
+        "kubernetes": mode,
+        "kubelet": kubelet_settings(instance),
+        "pod_resources_socket": _text(instance, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
+        "gpu_resource_names": _strings(instance, "gpu_resource_names"),
+    }
+
+
+def _prices(instance: Mapping[str, Any]) -> Dict[str, float]:
+    prices = instance.get("hourly_price")
+    if prices is None:
+        return {}
+    if not isinstance(prices, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+        for k, v in prices.items()
+    ):
+        raise ConfigurationError(
+            "`hourly_price` must map GPU model names or globs to prices >= 0 "
+            f"(e.g. 'NVIDIA H100*': 4.5); got {prices!r}"
+        )
+    return {k: float(v) for k, v in prices.items()}
+
+
+def _text(instance: Mapping[str, Any], name: str, default: Optional[str]) -> Optional[str]:
+    value = instance.get(name, default)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
+    return value
 
 
 def _bool(instance: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -50,10 +101,17 @@ def _bool(instance: Mapping[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def _number(instance: Mapping[str, Any], name: str, default: float, minimum: float) -> float:
+def _number(
+    instance: Mapping[str, Any], name: str, default: float, minimum: float,
+    maximum: Optional[float] = None, integer: bool = False,
+) -> float:
     value = instance.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigurationError(f"`{name}` must be a number >= {minimum:g}; got {value!r}")
+    kinds = (int,) if integer else (int, float)
+    bad = isinstance(value, bool) or not isinstance(value, kinds) or value < minimum
+    if bad or (maximum is not None and value > maximum):
+        what = "an integer" if integer else "a number"
+        bounds = f">= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
+        raise ConfigurationError(f"`{name}` must be {what} {bounds}; got {value!r}")
     return float(value)
 
 

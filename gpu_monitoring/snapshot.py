@@ -18,6 +18,24 @@ class Process:
     kind: str  # compute | mps
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
+    name: Optional[str] = None
+    container_id: Optional[str] = None
+    pod_uid: Optional[str] = None
+    sm_utilization: Optional[float] = None
+    memory_utilization: Optional[float] = None
+    encoder_utilization: Optional[float] = None
+    decoder_utilization: Optional[float] = None
+
+
+@dataclass
+class Allocation:
+    """A device (or MIG instance, or shared replica) the kubelet gave a container, as pod-resources lists it."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_id: str
 
 
 @dataclass
@@ -38,6 +56,7 @@ class MigInstance:
     profile: Optional[str]
     metrics: Dict[str, float] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
+    processes_omitted: int = 0
 
 
 @dataclass
@@ -53,6 +72,7 @@ class Device:
     error: Optional[str] = None
     metrics: Dict[str, float] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
+    processes_omitted: int = 0
     mig_instances: List[MigInstance] = field(default_factory=list)
     nvlink_down: List[int] = field(default_factory=list)
     unsupported: List[str] = field(default_factory=list)
@@ -66,11 +86,21 @@ class Node:
 
 
 @dataclass
+class Allocations:
+    """What pod-resources said this run: the allocations, or why there are none to trust."""
+
+    source: str = "none"  # pod_resources | none (not on Kubernetes or not configured) | error
+    error: Optional[str] = None
+    items: List[Allocation] = field(default_factory=list)
+
+
+@dataclass
 class Snapshot:
     timestamp: float
     node: Node
     devices: List[Device] = field(default_factory=list)
     events: List[Event] = field(default_factory=list)
+    allocations: Allocations = field(default_factory=Allocations)
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -86,6 +116,9 @@ class Snapshot:
             node=Node(**raw["node"]),
             devices=[_device(d) for d in raw["devices"]],
             events=[Event(**e) for e in raw["events"]],
+            allocations=Allocations(
+                **dict(raw["allocations"], items=[Allocation(**a) for a in raw["allocations"]["items"]])
+            ),
         )
 
 

@@ -3,7 +3,7 @@
 from typing import Dict, Optional, Tuple
 
 from ..nvml import CannotAnswer, Device, GpmSampler
-from .base import Collector, Fields, read
+from .base import Collector, Fields, read, sample_key
 
 
 class Utilization(Collector):
@@ -27,12 +27,10 @@ class Gpm(Collector):
         self._samplers: Dict[Tuple[int, Optional[int]], GpmSampler] = {}
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        physical = device.parent or device
-        instance = device.gpu_instance_id if device.is_mig else None
-        key = (physical.index, instance)
+        key = sample_key(device)
         sampler = self._samplers.get(key)
         if sampler is None:
-            sampler = self._samplers[key] = GpmSampler(physical, instance)
+            sampler = self._samplers[key] = GpmSampler(device.parent or device, key[1])
         try:
             out.metrics.update(sampler.read())
         except CannotAnswer:

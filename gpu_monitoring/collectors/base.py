@@ -27,6 +27,12 @@ class Collector:
         """Drop per-device state (samples, previous counters) when the NVML session restarts."""
 
 
+def sample_key(device: Device) -> Tuple[int, Optional[int]]:
+    """Who a sampling history belongs to: the physical GPU and, for a MIG device, its GPU instance."""
+    physical = device.parent or device
+    return physical.index, device.gpu_instance_id if device.is_mig else None
+
+
 def read(metrics: Dict[str, float], name: str, value: Callable[[], Optional[float]]) -> None:
     """Store value() under name unless the device can't answer; GpuLost propagates."""
     try:

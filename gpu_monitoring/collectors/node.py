@@ -8,6 +8,7 @@ from .. import snapshot
 from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized, RawEvent
 from ..nvml.device import Device
 from .activity import Gpm, Utilization
+from .allocations import AllocationReader
 from .base import Collector
 from .clocks import Clocks
 from .memory import Memory
@@ -34,9 +35,20 @@ class NodeCollector:
     NVML initialisation (driver reload) restarts the session and the run is tried again.
     """
 
-    def __init__(self, session: NvmlSession, disabled: Iterable[str] = (), lost_restart_interval: float = 300.0):
+    def __init__(
+        self,
+        session: NvmlSession,
+        disabled: Iterable[str] = (),
+        proc_root: Optional[str] = "/proc",
+        max_processes_per_device: int = 0,
+        allocations: Optional[AllocationReader] = None,
+        lost_restart_interval: float = 300.0,
+    ):
         self.session = session
         self.disabled = set(disabled)
+        self.proc_root = proc_root
+        self.max_processes_per_device = max_processes_per_device
+        self.allocations = allocations
         self.lost_restart_interval = lost_restart_interval
         self.events = EventWatcher()
         self._lost_since: Optional[float] = None
@@ -45,7 +57,12 @@ class NodeCollector:
 
     def _build_collectors(self) -> None:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
-        shared = {"utilization": Utilization(), "gpm": Gpm(), "memory": Memory(), "processes": Processes()}
+        shared = {
+            "utilization": Utilization(),
+            "gpm": Gpm(),
+            "memory": Memory(),
+            "processes": Processes(self.proc_root, self.max_processes_per_device),
+        }
         per_device = {
             **shared,
             "thermal": Thermal(),
@@ -97,6 +114,7 @@ class NodeCollector:
         self.events.register([d for d in self.session.devices if d.handle is not None])
         uuids = {d.index: d.uuid for d in devices}
         return snapshot.Snapshot(
+            allocations=self.allocations.read() if self.allocations else snapshot.Allocations(),
             timestamp=time.time(),
             node=snapshot.Node(
                 driver_version=self.session.driver_version,

@@ -1,17 +1,84 @@
-"""Compute and MPS-client processes on a GPU or MIG instance."""
+"""Compute and MPS-client processes on a GPU or MIG instance: memory, engine use, name, owner."""
 
+import logging
+from typing import Dict, List, Optional, Tuple
+
+from ..kube.procfs import process_name, process_owner
 from ..nvml import CannotAnswer, Device
 from ..snapshot import Process
-from .base import Collector, Fields
+from .base import Collector, Fields, sample_key
+
+log = logging.getLogger(__name__)
 
 
 class Processes(Collector):
+    """`max_per_device` keeps the processes using the most memory (0 keeps all) and counts the rest.
+
+    Names and owners (container, pod) come from `<proc_root>/<pid>`; a process that exits
+    between NVML's list and that read is kept without them.
+    """
+
     name = "processes"
+
+    def __init__(self, proc_root: Optional[str] = "/proc", max_per_device: int = 0):
+        self.proc_root = proc_root
+        self.max_per_device = max_per_device
+        self._since: Dict[Tuple[int, Optional[int]], int] = {}
+        self._proc_problem: Optional[str] = None
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         try:
-            found = device.processes()
+            found = [Process(**p) for p in device.processes()]
         except CannotAnswer:
             return
-        out.processes = [Process(**p) for p in found]
-        out.metrics["processes.count"] = len({p.pid for p in out.processes})
+        out.metrics["processes.count"] = len({p.pid for p in found})
+        kept = self._largest(found)
+        out.processes_omitted = len(found) - len(kept)
+        usage = self._utilization(device)
+        for process in kept:
+            if usage is not None:
+                self._set_usage(process, usage.get(process.pid, {}))
+            self._set_owner(process)
+        out.processes = kept
+
+    def _largest(self, found: List[Process]) -> List[Process]:
+        if not self.max_per_device or len(found) <= self.max_per_device:
+            return found
+        return sorted(found, key=lambda p: p.used_memory or 0, reverse=True)[: self.max_per_device]
+
+    def _utilization(self, device: Device) -> Optional[Dict[int, Dict[str, float]]]:
+        """Usage by pid since the last run; None where the device has no per-process sampling."""
+        key = sample_key(device)
+        try:
+            usage, self._since[key] = device.process_utilization(self._since.get(key, 0))
+        except CannotAnswer:
+            return None
+        return usage
+
+    @staticmethod
+    def _set_usage(process: Process, usage: Dict[str, float]) -> None:
+        # A process with no sample since the last run ran no kernel: 0, not unknown.
+        process.sm_utilization = usage.get("sm", 0.0)
+        process.memory_utilization = usage.get("memory", 0.0)
+        process.encoder_utilization = usage.get("encoder", 0.0)
+        process.decoder_utilization = usage.get("decoder", 0.0)
+
+    def _set_owner(self, process: Process) -> None:
+        if not self.proc_root:
+            return
+        try:
+            self._read_owner(process)
+        except OSError as e:
+            # A missing proc root mount or a hidepid /proc: say so once, keep reporting the GPUs.
+            if self._proc_problem != str(e):
+                log.warning("cannot read processes under proc_root %s: %s", self.proc_root, e)
+                self._proc_problem = str(e)
+
+    def _read_owner(self, process: Process) -> None:
+        process.name = process_name(self.proc_root, process.pid)
+        owner = process_owner(self.proc_root, process.pid)
+        if owner is not None:
+            process.container_id, process.pod_uid = owner.container_id, owner.pod_uid
+
+    def forget(self) -> None:
+        self._since = {}

@@ -1,7 +1,7 @@
 """The only layer that imports pynvml: sessions, devices, GPM samplers and event sets."""
 
 from .device import Device
-from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
+from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NoNewSamples, NvmlError, NvmlUninitialized
 from .events import EventWatcher, RawEvent
 from .gpm import GpmSampler
 from .session import NvmlSession
@@ -13,6 +13,7 @@ __all__ = [
     "GpmSampler",
     "GpuLost",
     "LibraryUnavailable",
+    "NoNewSamples",
     "NvmlError",
     "NvmlSession",
     "NvmlUninitialized",

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import pynvml
 
-from .errors import CannotAnswer, GpuLost, NvmlUninitialized
+from .errors import CannotAnswer, GpuLost, NoNewSamples, NvmlUninitialized
 from .fields import FIELD_IDS, decode
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,8 @@ class Device:
             raise GpuLost(f"{function}: {e}") from e
         except pynvml.NVMLError_Uninitialized as e:
             raise NvmlUninitialized(f"{function}: {e}") from e
+        except pynvml.NVMLError_NotFound as e:
+            raise NoNewSamples(f"{function}: {e}") from e
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as e:
             permanent = isinstance(e, _REFUSED_FOR_GOOD) or isinstance(e, pynvml.NVMLLibraryMismatchError)
             if permanent or (self.is_mig and isinstance(e, pynvml.NVMLError_InvalidArgument)):
@@ -300,6 +302,29 @@ class Device:
         except CannotAnswer:
             pass
         return found
+
+
+    def process_utilization(self, since_us: int) -> Tuple[Dict[int, Dict[str, float]], int]:
+        """Per-process engine use from samples newer than since_us, and the newest sample's time.
+
+        No new samples (NOT_FOUND) means no process ran on the GPU since then: an empty answer.
+        """
+        try:
+            samples = self.call("nvmlDeviceGetProcessUtilization", since_us)
+        except NoNewSamples:
+            return {}, since_us
+        sums: Dict[int, List[int]] = {}
+        newest = since_us
+        for sample in samples:
+            newest = max(newest, sample.timeStamp)
+            total = sums.setdefault(sample.pid, [0, 0, 0, 0, 0])
+            for slot, value in enumerate((sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil, 1)):
+                total[slot] += value
+        usage = {
+            pid: {key: total[slot] / total[4] for slot, key in enumerate(("sm", "memory", "encoder", "decoder"))}
+            for pid, total in sums.items()
+        }
+        return usage, newest
 
 
 def _process(info: Any, kind: str) -> Dict[str, Any]:

@@ -381,3 +381,26 @@ def nvmlDeviceGetComputeRunningProcesses_v2(sim, target, count_ptr, array_ptr):
 @nvml("hpp")
 def nvmlDeviceGetMPSComputeRunningProcesses_v3(sim, target, count_ptr, array_ptr):
     return _processes(sim, target, count_ptr, array_ptr, "mps")
+
+
+@nvml("hppU")
+def nvmlDeviceGetProcessUtilization(sim, target, samples_ptr, count_ptr, since_us):
+    now_us = int(sim.now() * 1e6)
+    busy = [(p, share) for p, share in target.device.process_shares(sim.now()) if share > 0]
+    if not busy or now_us <= since_us:
+        return pynvml.NVML_ERROR_NOT_FOUND
+    capacity = ctypes.c_uint.from_address(count_ptr).value
+    put_uint(count_ptr, len(busy))
+    if samples_ptr is None or capacity < len(busy):
+        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+    util = target.device.utilization(sim.now())
+    memory_share = target.device.spec.load.get("memory_bandwidth_share", 0.55)
+    samples = (pynvml.c_nvmlProcessUtilizationSample_t * len(busy)).from_address(samples_ptr)
+    for sample, (proc, share) in zip(samples, busy):
+        sample.pid = proc["pid"]
+        sample.timeStamp = now_us
+        sample.smUtil = int(round(util * share))
+        sample.memUtil = int(round(util * share * memory_share))
+        sample.encUtil = int(target.device.spec.load.get("encoder", 0) * share * util / 100)
+        sample.decUtil = int(target.device.spec.load.get("decoder", 0) * share * util / 100)
+    return OK

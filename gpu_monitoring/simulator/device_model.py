@@ -174,6 +174,13 @@ class SimDevice:
             return [p for m in pools for p in m.processes(now)]
         return [p for p in self.spec.processes if _alive(p, now)]
 
+    def process_shares(self, now: float) -> List[tuple]:
+        """Each compute or MPS-client process with its share of the GPU's activity: `sm` in the
+        scenario when given (percent of the device), else in proportion to its memory."""
+        procs = [p for p in self.processes(now) if not p.get("name", "").startswith("nvidia-cuda-mps")]
+        total = sum(p.get("memory_mib", 0) for p in procs) or 1
+        return [(p, p["sm"] / 100 if "sm" in p else p.get("memory_mib", 0) / total) for p in procs]
+
     # --- counters -------------------------------------------------------------------
 
     def counters(self, now: float) -> Dict[str, float]:

@@ -1,0 +1,100 @@
+"""Attribution: who holds and uses each GPU, how it is shared, the fleet funnel and its cost.
+
+It reads a Snapshot (NVML, processes with their cgroup owners, pod-resources allocations)
+and the kubelet's pods, and never calls NVML or submits anything.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ..kube.kubelet import PodInfo
+from ..snapshot import Device, Snapshot
+from .fleet import DeviceState, device_state, funnel, hourly_price
+from .holders import Holder, PodDirectory, Tagger
+from .targets import resolve_all
+from .workloads import Claims, TargetKey, Workload, build_workloads, claims_by_target, slicing_mode, targets_of
+
+__all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
+
+
+@dataclass
+class Settings:
+    effective_threshold: float = 50.0
+    hourly_price: Dict[str, float] = field(default_factory=dict)
+    default_hourly_price: Optional[float] = None
+
+
+@dataclass
+class DeviceView:
+    slicing_mode: str
+    state: DeviceState
+    price: Optional[float]
+    holders: Dict[TargetKey, Holder] = field(default_factory=dict)  # exclusive holder of a GPU or MIG instance
+
+
+@dataclass
+class Attribution:
+    devices: Dict[int, DeviceView]
+    workloads: List[Workload]
+    process_holders: Dict[Tuple[TargetKey, int], Holder]
+    funnel: Dict[Optional[str], Dict[str, int]]
+    allocations_from: str  # pod_resources | processes
+    problems: List[str]
+
+
+def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Settings) -> Attribution:
+    directory = PodDirectory(pods)
+    from_pod_resources = snapshot.allocations.source == "pod_resources"
+    resolved, problems = resolve_all(snapshot, snapshot.allocations.items) if from_pod_resources else ([], [])
+    claims = claims_by_target(resolved, directory)
+    views, workloads, process_holders = {}, [], {}
+    for device in snapshot.devices:
+        device_workloads = build_workloads(device, claims, directory)
+        workloads += device_workloads
+        allocated = _held(device, claims) if from_pod_resources else _runs_compute(device)
+        views[device.index] = DeviceView(
+            slicing_mode=slicing_mode(device, claims),
+            state=device_state(device, allocated, settings.effective_threshold),
+            price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
+            holders=_exclusive_holders(device_workloads, claims),
+        )
+        process_holders.update(_process_holders(device, directory))
+    return Attribution(
+        devices=views,
+        workloads=workloads,
+        process_holders=process_holders,
+        funnel=funnel(snapshot.devices, {i: v.state for i, v in views.items()}),
+        allocations_from="pod_resources" if from_pod_resources else "processes",
+        problems=problems,
+    )
+
+
+def _held(device: Device, claims: Dict[TargetKey, Claims]) -> bool:
+    return any(key[0] == device.index and c.holders for key, c in claims.items())
+
+
+def _runs_compute(device: Device) -> bool:
+    processes = device.processes + [p for i in device.mig_instances for p in i.processes]
+    return any(p.kind == "compute" for p in processes)
+
+
+def _exclusive_holders(workloads: List[Workload], claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, Holder]:
+    """Targets held by exactly one container, not shared: their metrics carry its tags."""
+    by_target: Dict[TargetKey, List[Workload]] = {}
+    for workload in workloads:
+        by_target.setdefault(workload.target, []).append(workload)
+    return {
+        target: found[0].holder
+        for target, found in by_target.items()
+        if len(found) == 1 and not (claims.get(target) and claims[target].replicated)
+    }
+
+
+def _process_holders(device: Device, directory: PodDirectory) -> Dict[Tuple[TargetKey, int], Holder]:
+    found = {}
+    for key, _instance, processes in targets_of(device):
+        for process in processes:
+            holder = directory.for_process(process)
+            if holder is not None:
+                found[(key, process.pid)] = holder
+    return found

@@ -1,0 +1,84 @@
+"""Who holds or uses a GPU: containers named by the kubelet, pod-resources, or only by their cgroup."""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..kube.kubelet import ContainerInfo, PodInfo
+from ..snapshot import Allocation, Process
+
+HolderKey = Tuple[str, ...]
+Tagger = Callable[[str], List[str]]
+
+
+@dataclass
+class Holder:
+    key: HolderKey
+    namespace: Optional[str] = None
+    pod: Optional[str] = None
+    container: Optional[str] = None
+    container_id: Optional[str] = None
+    pod_uid: Optional[str] = None
+    env: Dict[str, str] = field(default_factory=dict)
+
+    def tags(self, tagger: Tagger) -> List[str]:
+        """The Agent tagger's tags when it knows the container (they carry the user's pod-label
+        tags); otherwise the pod and container names we have."""
+        if self.container_id:
+            known = tagger(f"container_id://{self.container_id}")
+            if known:
+                return sorted(known)
+        tags = {
+            "pod_name": self.pod,
+            "kube_namespace": self.namespace,
+            "kube_container_name": self.container,
+            "container_id": self.container_id,
+        }
+        return [f"{key}:{value}" for key, value in tags.items() if value]
+
+
+class PodDirectory:
+    """The kubelet's pods, looked up by name or by container ID; empty when the kubelet is unknown."""
+
+    def __init__(self, pods: Optional[List[PodInfo]]):
+        self._by_name: Dict[Tuple[str, str], PodInfo] = {}
+        self._by_container_id: Dict[str, Tuple[PodInfo, ContainerInfo]] = {}
+        for pod in pods or []:
+            self._by_name[(pod.namespace, pod.name)] = pod
+            for container in pod.containers:
+                if container.container_id:
+                    self._by_container_id[container.container_id] = (pod, container)
+
+    def is_terminal(self, namespace: str, pod: str) -> bool:
+        known = self._by_name.get((namespace, pod))
+        return bool(known and known.terminal)
+
+    def for_allocation(self, allocation: Allocation) -> Holder:
+        holder = Holder(
+            key=("pod", allocation.namespace, allocation.pod, allocation.container),
+            namespace=allocation.namespace,
+            pod=allocation.pod,
+            container=allocation.container,
+        )
+        pod = self._by_name.get((allocation.namespace, allocation.pod))
+        container = next((c for c in pod.containers if c.name == allocation.container), None) if pod else None
+        if pod and container:
+            holder.pod_uid, holder.container_id, holder.env = pod.uid, container.container_id, dict(container.env)
+        return holder
+
+    def for_process(self, process: Process) -> Optional[Holder]:
+        if not process.container_id:
+            return None
+        found = self._by_container_id.get(process.container_id)
+        if found is None:
+            return Holder(key=("container", process.container_id), container_id=process.container_id,
+                          pod_uid=process.pod_uid)
+        pod, container = found
+        return Holder(
+            key=("pod", pod.namespace, pod.name, container.name),
+            namespace=pod.namespace,
+            pod=pod.name,
+            container=container.name,
+            container_id=container.container_id,
+            pod_uid=pod.uid,
+            env=dict(container.env),
+        )

@@ -1,0 +1,57 @@
+"""Where each pod-resources device ID points: a GPU, a MIG instance, or a shared replica of one."""
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from ..kube.device_ids import DeviceRef, parse_device_id
+from ..snapshot import Allocation, Device, MigInstance, Snapshot
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU (mig_uuid None) or one of its MIG instances, with the replica a shared ID names."""
+
+    device_index: int
+    mig_uuid: Optional[str]
+    replica: Optional[int]
+
+
+class TargetResolver:
+    def __init__(self, snapshot: Snapshot):
+        self._by_uuid: Dict[str, Device] = {d.uuid: d for d in snapshot.devices if d.uuid}
+        self._by_minor: Dict[int, Device] = {d.minor_number: d for d in snapshot.devices if d.minor_number is not None}
+        self._mig: Dict[str, Tuple[Device, MigInstance]] = {
+            m.uuid: (d, m) for d in snapshot.devices for m in d.mig_instances
+        }
+
+    def resolve(self, allocation: Allocation) -> Target:
+        """The target of one allocation; ValueError says why an ID matches no device here."""
+        target = self._target(parse_device_id(allocation.device_id))
+        if target is None:
+            raise ValueError(f"device {allocation.device_id} matches no GPU or MIG instance NVML sees")
+        return target
+
+    def _target(self, ref: DeviceRef) -> Optional[Target]:
+        replica = ref.replica if ref.replica is not None else ref.vgpu
+        if ref.uuid and ref.uuid in self._mig:
+            device, instance = self._mig[ref.uuid]
+            return Target(device.index, instance.uuid, replica)
+        device = self._by_uuid.get(ref.uuid) if ref.uuid else self._by_minor.get(ref.minor)
+        if device is None:
+            return None
+        if ref.gpu_instance is None:
+            return Target(device.index, None, replica)
+        instance = next((m for m in device.mig_instances if m.gpu_instance_id == ref.gpu_instance), None)
+        return Target(device.index, instance.uuid, replica) if instance else None
+
+
+def resolve_all(snapshot: Snapshot, allocations: List[Allocation]) -> Tuple[List[Tuple[Allocation, Target]], List[str]]:
+    """Allocations with their targets, and a line for each one that points nowhere (none is dropped silently)."""
+    resolver = TargetResolver(snapshot)
+    resolved, problems = [], []
+    for allocation in allocations:
+        try:
+            resolved.append((allocation, resolver.resolve(allocation)))
+        except ValueError as e:
+            problems.append(f"{allocation.namespace}/{allocation.pod}/{allocation.container}: {e}")
+    return resolved, problems

@@ -1,0 +1,147 @@
+"""Workloads: each container's share of each GPU or MIG instance it holds or uses, and how busy it is."""
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..snapshot import Allocation, Device, MigInstance, Process
+from .holders import Holder, HolderKey, PodDirectory
+from .targets import Target
+
+MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+_SLICES = re.compile(r"^(\d+)g\.")
+TargetKey = Tuple[int, Optional[str]]  # (GPU index, MIG instance UUID or None)
+
+
+@dataclass
+class Workload:
+    target: TargetKey
+    holder: Holder
+    gpus: float
+    memory_used: float
+    sm_utilization: Optional[float]
+    sm_limit: Optional[float]
+    idle: bool
+
+
+@dataclass
+class Claims:
+    """Who holds one target through pod-resources, and which shared replicas they hold."""
+
+    holders: Dict[HolderKey, Holder] = field(default_factory=dict)
+    replicas: Dict[HolderKey, Set[int]] = field(default_factory=dict)
+    shared_resource: bool = False
+
+    def add(self, holder: Holder, allocation: Allocation, replica: Optional[int]) -> None:
+        self.holders.setdefault(holder.key, holder)
+        if replica is not None:
+            self.replicas.setdefault(holder.key, set()).add(replica)
+        self.shared_resource |= allocation.resource_name.endswith(".shared")
+
+    @property
+    def replicated(self) -> bool:
+        return bool(self.replicas) or self.shared_resource
+
+    def replica_count(self) -> int:
+        """Replica IDs run 0..N-1, so the highest one held bounds N from below."""
+        held = [r for ids in self.replicas.values() for r in ids]
+        return max(len(held), max(held, default=-1) + 1, len(self.holders))
+
+    def share(self, key: HolderKey) -> float:
+        if not self.replicated:
+            return 1.0 / len(self.holders)
+        return max(1, len(self.replicas.get(key, ()))) / self.replica_count()
+
+
+def claims_by_target(
+    resolved: List[Tuple[Allocation, Target]], directory: PodDirectory
+) -> Dict[TargetKey, Claims]:
+    claims: Dict[TargetKey, Claims] = {}
+    for allocation, target in resolved:
+        if directory.is_terminal(allocation.namespace, allocation.pod):
+            continue  # pod-resources can list a finished pod until the kubelet garbage-collects it
+        key = (target.device_index, target.mig_uuid)
+        claims.setdefault(key, Claims()).add(directory.for_allocation(allocation), allocation, target.replica)
+    return claims
+
+
+def targets_of(device: Device) -> List[Tuple[TargetKey, Optional[MigInstance], List[Process]]]:
+    if device.mig_instances:
+        return [((device.index, m.uuid), m, m.processes) for m in device.mig_instances]
+    return [((device.index, None), None, device.processes)]
+
+
+def slicing_mode(device: Device, claims: Dict[TargetKey, Claims]) -> str:
+    if device.mig_enabled:
+        return "mig_parent"
+    if any(p.kind == "mps" or is_mps_server(p) for p in device.processes):
+        return "mps"
+    mine = claims.get((device.index, None))
+    return "time_slicing" if mine and mine.replicated else "none"
+
+
+def build_workloads(
+    device: Device, claims: Dict[TargetKey, Claims], directory: PodDirectory
+) -> List[Workload]:
+    workloads = []
+    for key, instance, processes in targets_of(device):
+        target_claims = claims.get(key) or Claims()
+        users = _users(processes, directory)
+        holders = dict(target_claims.holders)
+        for holder_key, (holder, _) in users.items():
+            holders.setdefault(holder_key, holder)
+        fraction = _instance_fraction(device, instance)
+        for holder_key, holder in holders.items():
+            share = _share(target_claims, holder_key, len(holders))
+            workloads.append(_workload(key, holder, share * fraction, users.get(holder_key, (holder, []))[1]))
+    return workloads
+
+
+def _share(claims: Claims, key: HolderKey, holders: int) -> float:
+    """What the kubelet gave the container; a container using a GPU it was not given holds none of it.
+    Without any allocation (off Kubernetes) the containers using a GPU split it evenly."""
+    if claims.holders:
+        return claims.share(key) if key in claims.holders else 0.0
+    return 1.0 / holders
+
+
+def is_mps_server(process: Process) -> bool:
+    return (process.name or "").startswith("nvidia-cuda-mps")
+
+
+def _users(processes: List[Process], directory: PodDirectory) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
+    """Containers running processes on a target; the MPS server works for its clients, not as a workload."""
+    users: Dict[HolderKey, Tuple[Holder, List[Process]]] = {}
+    for process in processes:
+        if is_mps_server(process):
+            continue
+        holder = directory.for_process(process)
+        if holder is not None:
+            users.setdefault(holder.key, (holder, []))[1].append(process)
+    return users
+
+
+def _workload(target: TargetKey, holder: Holder, gpus: float, processes: List[Process]) -> Workload:
+    sm_known = [p.sm_utilization for p in processes if p.sm_utilization is not None]
+    # No process at all ran nothing; processes on a device without per-process sampling: unknown.
+    sm = sum(sm_known) if sm_known or not processes else None
+    limit = holder.env.get(MPS_THREAD_PERCENTAGE)
+    return Workload(
+        target=target,
+        holder=holder,
+        gpus=gpus,
+        memory_used=float(sum(p.used_memory or 0 for p in processes)),
+        sm_utilization=sm,
+        sm_limit=float(limit) if limit and limit.replace(".", "", 1).isdigit() else None,
+        # No process at all, or processes that ran no kernel since the last run.
+        idle=not processes or (sm is not None and sm == 0),
+    )
+
+
+def _instance_fraction(device: Device, instance: Optional[MigInstance]) -> float:
+    """A MIG instance's share of its GPU: its compute slices out of the GPU's seven (four on A30)."""
+    if instance is None:
+        return 1.0
+    match = _SLICES.match(instance.profile or "")
+    total = 4 if "A30" in (device.name or "") else 7
+    return min(1.0, int(match.group(1)) / total) if match else 1.0 / max(1, len(device.mig_instances))

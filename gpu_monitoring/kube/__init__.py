@@ -1,0 +1,1 @@
+"""Kubernetes attribution: which pod and container the kubelet gave each GPU."""

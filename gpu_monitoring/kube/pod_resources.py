@@ -1,0 +1,213 @@
+"""Which pod and container holds each GPU, from the kubelet's PodResources API (v1, List).
+
+The Agent ships protobuf 3.x through 7.x, and generated code only runs on the major it was
+generated for, so the response is decoded here straight from the protobuf wire format. Only the
+fields attribution needs are read; every other field, known to newer kubelets or not, is skipped.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator, List, Tuple
+
+import grpc
+
+from .device_ids import DEFAULT_RESOURCES, matches_resource
+
+LIST_METHOD = "/v1.PodResourcesLister/List"
+
+# The kubelet's own client accepts 16 MiB; gRPC's 4 MiB default is too small for a node with many pods.
+_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+_FIXED_WIDTH = {_FIXED64: 8, _FIXED32: 4}
+_MAX_VARINT_BYTES = 10
+
+
+@dataclass(frozen=True)
+class DeviceAllocation:
+    """One device ID the kubelet gave one container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_id: str
+
+
+class PodResourcesError(Exception):
+    """The List call failed. `reason` is one of missing, unimplemented, rate_limited, timeout,
+    unavailable, invalid, error; the message says what happened and what to do about it."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def list_allocations(
+    socket_path: str, resource_patterns: Iterable[str] = DEFAULT_RESOURCES, timeout: float = 5.0
+) -> List[DeviceAllocation]:
+    """Every device of a resource matching one of the globs, as the kubelet's socket lists them now."""
+    patterns = tuple(resource_patterns)
+    if not os.path.exists(socket_path):
+        raise PodResourcesError(
+            f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
+            "/var/lib/kubelet/pod-resources into this container (read-only is enough), "
+            "or set pod_resources_socket to where the kubelet serves it",
+            "missing",
+        )
+    payload = _call_list(socket_path, timeout)
+    try:
+        allocations = decode_allocations(payload)
+    except PodResourcesError as error:
+        raise PodResourcesError(
+            f"kubelet pod-resources API at {socket_path} sent an {error}: is something other than the kubelet "
+            "listening on that socket?",
+            error.reason,
+        ) from error
+    return [allocation for allocation in allocations if matches_resource(allocation.resource_name, patterns)]
+
+
+def _call_list(socket_path: str, timeout: float) -> bytes:
+    options = [("grpc.max_receive_message_length", _MAX_RESPONSE_BYTES)]
+    with grpc.insecure_channel("unix://" + socket_path, options=options) as channel:
+        # No serializers: the empty request is b"" and the answer is decoded after the call, so a
+        # bad answer is reported as such rather than as gRPC's generic deserialization failure.
+        call = channel.unary_unary(LIST_METHOD, request_serializer=None, response_deserializer=None)
+        try:
+            return call(b"", timeout=timeout)
+        except grpc.RpcError as error:
+            raise _rpc_failure(error, socket_path, timeout) from error
+
+
+def _rpc_failure(error: grpc.RpcError, socket_path: str, timeout: float) -> PodResourcesError:
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    where = f"kubelet pod-resources API at {socket_path}"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return PodResourcesError(
+            f"{where} does not serve v1 PodResourcesLister/List ({details}): it needs Kubernetes 1.20 or "
+            "newer with the KubeletPodResources feature gate on (the default)",
+            "unimplemented",
+        )
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return PodResourcesError(
+            f"{where} is rate-limiting calls ({details}): another client on the node calls it too often; "
+            "the next check run tries again",
+            "rate_limited",
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return PodResourcesError(
+            f"{where} did not answer within {timeout:g}s: the kubelet may be overloaded; "
+            "the next check run tries again",
+            "timeout",
+        )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return PodResourcesError(
+            f"cannot reach the {where} ({details}): check that the kubelet is running and that this process "
+            "may open the socket (it needs root or write access to it)",
+            "unavailable",
+        )
+    return PodResourcesError(f"{where} failed the List call with {code.name}: {details}", "error")
+
+
+def decode_allocations(payload: bytes) -> List[DeviceAllocation]:
+    """Decode a serialized ListPodResourcesResponse into one allocation per device ID.
+
+    Truncated or malformed bytes raise PodResourcesError with reason `invalid`."""
+    allocations: List[DeviceAllocation] = []
+    for number, pod in _length_delimited_fields(payload, "ListPodResourcesResponse"):
+        if number == 1:
+            allocations.extend(_decode_pod(pod))
+    return allocations
+
+
+def _decode_pod(payload: bytes) -> Iterator[DeviceAllocation]:
+    name = namespace = ""
+    containers = []
+    for number, value in _length_delimited_fields(payload, "PodResources"):
+        if number == 1:
+            name = _text(value, "PodResources.name")
+        elif number == 2:
+            namespace = _text(value, "PodResources.namespace")
+        elif number == 3:
+            containers.append(value)
+    # Fields may arrive in any order, so the pod's names are only known once it is read whole.
+    for container in containers:
+        yield from _decode_container(container, namespace, name)
+
+
+def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[DeviceAllocation]:
+    name = ""
+    devices = []
+    for number, value in _length_delimited_fields(payload, "ContainerResources"):
+        if number == 1:
+            name = _text(value, "ContainerResources.name")
+        elif number == 2:
+            devices.append(_decode_devices(value))
+    for resource_name, device_ids in devices:
+        for device_id in device_ids:
+            yield DeviceAllocation(namespace, pod, name, resource_name, device_id)
+
+
+def _decode_devices(payload: bytes) -> Tuple[str, List[str]]:
+    resource_name = ""
+    device_ids = []
+    for number, value in _length_delimited_fields(payload, "ContainerDevices"):
+        if number == 1:
+            resource_name = _text(value, "ContainerDevices.resource_name")
+        elif number == 2:
+            device_ids.append(_text(value, "ContainerDevices.device_ids"))
+    return resource_name, device_ids
+
+
+def _length_delimited_fields(payload: bytes, message: str) -> Iterator[Tuple[int, bytes]]:
+    """Yield (field number, bytes) of each length-delimited field, skipping fields of other wire types.
+
+    Every field read here is a string or a message, and protobuf parsers treat a known field number
+    with an unexpected wire type as an unknown field, so skipping those is what the runtime does too."""
+    position, end = 0, len(payload)
+    while position < end:
+        start = position
+        key, position = _varint(payload, position, message)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise _invalid(message, start, "field number 0")
+        if wire_type == _VARINT:
+            _, position = _varint(payload, position, message)
+            continue
+        if wire_type == _LENGTH_DELIMITED:
+            size, position = _varint(payload, position, message)
+        elif wire_type in _FIXED_WIDTH:
+            size = _FIXED_WIDTH[wire_type]
+        else:
+            raise _invalid(message, start, f"unsupported wire type {wire_type} in field {number}")
+        if position + size > end:
+            raise _invalid(message, start, f"field {number} runs past the end of the message")
+        if wire_type == _LENGTH_DELIMITED:
+            yield number, payload[position : position + size]
+        position += size
+
+
+def _varint(payload: bytes, position: int, message: str) -> Tuple[int, int]:
+    value = 0
+    for index in range(_MAX_VARINT_BYTES):
+        if position + index >= len(payload):
+            raise _invalid(message, position, "truncated varint")
+        byte = payload[position + index]
+        value |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            return value, position + index + 1
+    raise _invalid(message, position, f"varint longer than {_MAX_VARINT_BYTES} bytes")
+
+
+def _text(value: bytes, field: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PodResourcesError(f"undecodable ListPodResourcesResponse: {field} is not UTF-8", "invalid") from error
+
+
+def _invalid(message: str, position: int, problem: str) -> PodResourcesError:
+    return PodResourcesError(
+        f"undecodable ListPodResourcesResponse: {problem} at byte {position} of a {message}", "invalid"
+    )

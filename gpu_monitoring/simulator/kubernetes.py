@@ -1,0 +1,149 @@
+"""A scenario's Kubernetes side: a kubelet, a pod-resources socket and a proc root, all real.
+
+A scenario's `kubernetes.pods` lists pods, their containers, the devices each container was
+given and the GPU processes it runs:
+
+    kubernetes:
+      pods:
+        - name: trainer-0
+          namespace: ml
+          phase: Running                  # default
+          containers:
+            - name: trainer
+              resource: nvidia.com/gpu    # default
+              devices: [gpu:0, gpu:1]     # gpu:N, gpu:N::R, mig:N/GI, mig-legacy:N/GI/CI,
+                                          # gke:N, gke:N/vgpuK, gke:N/giM, or a literal ID
+              processes: [41021]          # pids of the scenario's GPU processes
+              env: {CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25"}
+              runtime: containerd         # or crio, docker; cgroup_driver and cgroup_version too
+
+`start()` writes the proc root, starts the HTTPS kubelet and the gRPC socket in a temporary
+directory and returns the instance options that point the check at them.
+"""
+
+import hashlib
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..kube.pod_resources import DeviceAllocation
+from .kubelet_server import KubeletServer
+from .library import SimulatedNvml
+from .pod_resources_server import PodResourcesServer
+from .proc_root import build_proc_root
+
+_CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
+
+
+class SimulatedKubernetes:
+    def __init__(self, nvml: SimulatedNvml):
+        self.nvml = nvml
+        self.pods = [_pod(p) for p in nvml.scenario.extra.get("kubernetes", {}).get("pods", [])]
+        self._directory: Optional[tempfile.TemporaryDirectory] = None
+        self.kubelet: Optional[KubeletServer] = None
+        self.pod_resources: Optional[PodResourcesServer] = None
+
+    def start(self) -> Dict[str, Any]:
+        self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
+        root = Path(self._directory.name)
+        proc_root = build_proc_root(root / "proc", self._processes())
+        self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
+        self.kubelet.write_token_file()
+        socket_path = str(root / "kubelet.sock")
+        self.pod_resources = PodResourcesServer(socket_path, self.allocations()).start()
+        return {
+            "kubernetes": "true",
+            "kubelet_url": self.kubelet.url,
+            "kubelet_token_path": self.kubelet.token_path,
+            "kubelet_ca_path": self.kubelet.ca_path,
+            "pod_resources_socket": socket_path,
+            "proc_root": str(proc_root),
+        }
+
+    def stop(self) -> None:
+        for server in (self.pod_resources, self.kubelet):
+            if server is not None:
+                server.stop()
+        if self._directory is not None:
+            self._directory.cleanup()
+        self.kubelet = self.pod_resources = self._directory = None
+
+    # --- what the servers serve -------------------------------------------------------
+
+    def allocations(self) -> List[DeviceAllocation]:
+        return [
+            DeviceAllocation(pod["namespace"], pod["name"], c["name"], c.get("resource", "nvidia.com/gpu"),
+                             self.device_id(ref))
+            for pod in self.pods
+            for c in pod["containers"]
+            for ref in c.get("devices", [])
+        ]
+
+    def _kubelet_pods(self) -> List[Dict[str, Any]]:
+        return [
+            {
+                "uid": pod["uid"],
+                "name": pod["name"],
+                "namespace": pod["namespace"],
+                "phase": pod["phase"],
+                "containers": [
+                    {
+                        "name": c["name"],
+                        "container_id": c["container_id"],
+                        "runtime": c.get("runtime", "containerd"),
+                        "env": c.get("env", {}),
+                        "limits": {c.get("resource", "nvidia.com/gpu"): str(len(c.get("devices", [])))}
+                        if c.get("devices") else {},
+                    }
+                    for c in pod["containers"]
+                ],
+            }
+            for pod in self.pods
+        ]
+
+    def _processes(self) -> List[Dict[str, Any]]:
+        owners = {
+            pid: dict({k: c[k] for k in _CGROUP_KEYS if k in c}, container_id=c["container_id"], pod_uid=pod["uid"])
+            for pod in self.pods
+            for c in pod["containers"]
+            for pid in c.get("processes", [])
+        }
+        found = {}
+        for device in self.nvml.devices:
+            for process in device.spec.processes + [p for m in device.spec.mig for p in m.processes]:
+                found[process["pid"]] = dict(owners.get(process["pid"], {}), pid=process["pid"],
+                                             name=process.get("name", "python3"))
+        return list(found.values())
+
+    def device_id(self, ref: str) -> str:
+        """The kubelet's ID for a scenario reference (gpu:N, mig:N/GI, gke:N/vgpuK, ...)."""
+        kind, _, rest = ref.partition(":")
+        if kind not in ("gpu", "mig", "mig-legacy", "gke"):
+            return ref
+        index, _, tail = rest.partition("/")
+        index, _, replica = index.partition("::")
+        device = self.nvml.devices[int(index)]
+        if kind == "gpu":
+            return device.spec.uuid + (f"::{replica}" if replica else "")
+        if kind == "mig":
+            return next(m.spec.uuid for m in device.mig if m.spec.gpu_instance_id == int(tail))
+        if kind == "mig-legacy":
+            return f"MIG-{device.spec.uuid}/{tail}"
+        minor = device.spec.get("minor_number", device.index)
+        return f"nvidia{minor}" + (f"/{tail}" if tail else "")
+
+
+def _pod(raw: Mapping[str, Any]) -> Dict[str, Any]:
+    namespace = raw.get("namespace", "default")
+    pod = dict(raw, namespace=namespace, phase=raw.get("phase", "Running"))
+    pod["uid"] = raw.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{raw['name']}"))
+    pod["containers"] = [
+        dict(c, container_id=c.get("container_id") or _container_id(namespace, raw["name"], c["name"]))
+        for c in raw.get("containers", [])
+    ]
+    return pod
+
+
+def _container_id(namespace: str, pod: str, container: str) -> str:
+    return hashlib.sha256(f"{namespace}/{pod}/{container}".encode()).hexdigest()

@@ -1,0 +1,209 @@
+"""A kubelet PodResources API (v1, List) served over a real gRPC unix socket.
+
+Responses are encoded by the official protobuf runtime from message classes built at start-up
+from a descriptor assembled here, so the check's hand-written decoder meets the bytes a real
+kubelet would send. Works with protobuf 4.21 through 7.x.
+"""
+
+import contextlib
+import os
+import threading
+from concurrent import futures
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from ..kube.pod_resources import LIST_METHOD, DeviceAllocation
+
+BEHAVIOURS = ("ok", "unimplemented", "rate_limited", "slow", "garbage")
+
+_FIELD = descriptor_pb2.FieldDescriptorProto
+_PACKAGE = "v1"
+_SERVICE, _METHOD = LIST_METHOD.strip("/").split("/")
+
+# Field types are protobuf scalar type numbers or the name of another message in the package.
+_SCHEMA: Dict[str, Tuple[Tuple[str, int, Union[int, str], bool], ...]] = {
+    "ListPodResourcesResponse": (("pod_resources", 1, "PodResources", True),),
+    "PodResources": (
+        ("name", 1, _FIELD.TYPE_STRING, False),
+        ("namespace", 2, _FIELD.TYPE_STRING, False),
+        ("containers", 3, "ContainerResources", True),
+    ),
+    "ContainerResources": (
+        ("name", 1, _FIELD.TYPE_STRING, False),
+        ("devices", 2, "ContainerDevices", True),
+    ),
+    "ContainerDevices": (
+        ("resource_name", 1, _FIELD.TYPE_STRING, False),
+        ("device_ids", 2, _FIELD.TYPE_STRING, True),
+        ("topology", 3, "TopologyInfo", False),
+    ),
+    "TopologyInfo": (("nodes", 1, "NUMANode", True),),
+    "NUMANode": (("ID", 1, _FIELD.TYPE_INT64, False),),
+}
+
+# With extra_fields, each message the check reads also carries fields no kubelet defines yet, one per
+# wire type, to stand for whatever a newer API version adds.
+_EXTRA_FIELDS = (
+    ("extra_varint", 1000, _FIELD.TYPE_INT64, False),
+    ("extra_fixed64", 1001, _FIELD.TYPE_FIXED64, False),
+    ("extra_fixed32", 1002, _FIELD.TYPE_FIXED32, False),
+    ("extra_text", 1003, _FIELD.TYPE_STRING, False),
+)
+_EXTENDED = ("ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices")
+# -1 makes the longest varint there is (10 bytes).
+_EXTRA_VALUES = {"extra_varint": -1, "extra_fixed64": 2**64 - 1, "extra_fixed32": 7, "extra_text": "newer kubelet"}
+
+_GARBAGE = b"\xff" * 16
+_RATE_LIMIT_MESSAGE = "rejected by rate limit"
+
+
+class PodResourcesServer:
+    """Serves `allocations` (DeviceAllocation-like: namespace, pod, container, resource_name,
+    device_id) on `unix://<socket_path>` until stopped.
+
+    `behaviour` is one of BEHAVIOURS: ok; unimplemented (an old kubelet); rate_limited (the
+    kubelet's RESOURCE_EXHAUSTED); slow (answers after `delay` seconds); garbage (bytes that are
+    no protobuf message). `requests` counts the List calls received."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        allocations: Iterable[DeviceAllocation] = (),
+        behaviour: str = "ok",
+        delay: float = 1.0,
+        extra_fields: bool = False,
+    ) -> None:
+        self.socket_path = socket_path
+        self.delay = delay
+        self._response_class = _response_class(extra_fields)
+        self._extra_fields = extra_fields
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._requests = 0
+        self._server: Optional[grpc.Server] = None
+        self._executor: Optional[futures.ThreadPoolExecutor] = None
+        self.set_behaviour(behaviour)
+        self.set_allocations(allocations)
+
+    @property
+    def requests(self) -> int:
+        with self._lock:
+            return self._requests
+
+    def set_allocations(self, allocations: Iterable[DeviceAllocation]) -> None:
+        payload = self._encode(list(allocations))
+        with self._lock:
+            self._payload = payload
+
+    def set_behaviour(self, behaviour: str) -> None:
+        if behaviour not in BEHAVIOURS:
+            raise ValueError(f"unknown pod-resources behaviour {behaviour!r}; expected one of {', '.join(BEHAVIOURS)}")
+        with self._lock:
+            self._behaviour = behaviour
+
+    def start(self) -> "PodResourcesServer":
+        if self._server is not None:
+            raise RuntimeError(f"pod-resources server on {self.socket_path} is already running")
+        os.makedirs(os.path.dirname(os.path.abspath(self.socket_path)), exist_ok=True)
+        self._stopping.clear()
+        self._executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-resources")
+        handler = grpc.method_handlers_generic_handler(
+            _SERVICE, {_METHOD: grpc.unary_unary_rpc_method_handler(self._list)}
+        )
+        self._server = grpc.server(self._executor, handlers=(handler,))
+        if not self._server.add_insecure_port("unix:" + self.socket_path):
+            self.stop()
+            raise OSError(f"cannot bind the pod-resources server to {self.socket_path}")
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        # Wakes a slow answer first so that stopping never waits out its delay.
+        self._stopping.set()
+        self._server.stop(grace=None).wait()
+        self._executor.shutdown(wait=True)
+        self._server = self._executor = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    def __enter__(self) -> "PodResourcesServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def _list(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        with self._lock:
+            self._requests += 1
+            behaviour, payload = self._behaviour, self._payload
+        if behaviour == "unimplemented":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {_SERVICE}")
+        if behaviour == "rate_limited":
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _RATE_LIMIT_MESSAGE)
+        if behaviour == "slow":
+            self._stopping.wait(self.delay)
+        return _GARBAGE if behaviour == "garbage" else payload
+
+    def _encode(self, allocations: List[DeviceAllocation]) -> bytes:
+        response = self._response_class()
+        self._stamp(response)
+        for (namespace, pod_name), containers in _group(allocations).items():
+            pod = response.pod_resources.add(name=pod_name, namespace=namespace)
+            self._stamp(pod)
+            for container_name, resources in containers.items():
+                container = pod.containers.add(name=container_name)
+                self._stamp(container)
+                for resource_name, device_ids in resources.items():
+                    devices = container.devices.add(resource_name=resource_name, device_ids=device_ids)
+                    # The NVIDIA device plugin reports each GPU's NUMA node; the check does not read it.
+                    devices.topology.nodes.add(ID=0)
+                    self._stamp(devices)
+        return response.SerializeToString()
+
+    def _stamp(self, message: Any) -> None:
+        if self._extra_fields:
+            for name, value in _EXTRA_VALUES.items():
+                setattr(message, name, value)
+
+
+def _group(allocations: List[DeviceAllocation]) -> Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]]:
+    """Nest flat allocations as the kubelet does: pod, then container, then resource, in first-seen order."""
+    pods: Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]] = {}
+    for allocation in allocations:
+        containers = pods.setdefault((allocation.namespace, allocation.pod), {})
+        resources = containers.setdefault(allocation.container, {})
+        resources.setdefault(allocation.resource_name, []).append(allocation.device_id)
+    return pods
+
+
+def _response_class(extra_fields: bool) -> Any:
+    # A private pool keeps these names clear of any v1 pod-resources types the process registered itself.
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(_file_descriptor(extra_fields).SerializeToString())
+    descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.ListPodResourcesResponse")
+    get_message_class = getattr(message_factory, "GetMessageClass", None)
+    if get_message_class is not None:
+        return get_message_class(descriptor)
+    # protobuf before 4.22 has no GetMessageClass.
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+def _file_descriptor(extra_fields: bool) -> descriptor_pb2.FileDescriptorProto:
+    file = descriptor_pb2.FileDescriptorProto(name="gpu_monitoring_sim/pod_resources.proto", package=_PACKAGE)
+    file.syntax = "proto3"
+    for message_name, fields in _SCHEMA.items():
+        message = file.message_type.add(name=message_name)
+        extra = _EXTRA_FIELDS if extra_fields and message_name in _EXTENDED else ()
+        for name, number, kind, repeated in fields + extra:
+            field = message.field.add(name=name, number=number)
+            field.label = _FIELD.LABEL_REPEATED if repeated else _FIELD.LABEL_OPTIONAL
+            if isinstance(kind, str):
+                field.type = _FIELD.TYPE_MESSAGE
+                field.type_name = f".{_PACKAGE}.{kind}"
+            else:
+                field.type = kind
+    return file

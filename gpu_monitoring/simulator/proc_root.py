@@ -1,0 +1,103 @@
+"""A fake proc root: `<pid>/comm` and `<pid>/cgroup` files as a GPU node's kernel would show them.
+
+Each container's cgroup path is rendered the way its runtime lays it out under the kubelet,
+for either cgroup driver and either cgroup version, so the attribution code reads the same
+text it meets on real nodes.
+"""
+
+import re
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+# The keys of a process mapping that shape its cgroup file; others (memory, SM%) are not ours.
+_CGROUP_KEYS = ("container_id", "pod_uid", "qos", "runtime", "cgroup_driver", "cgroup_version", "unit")
+_QOS_CLASSES = ("burstable", "besteffort", "guaranteed")
+# How each runtime names a container's cgroup under the systemd driver and under cgroupfs.
+_LEAF = {
+    "containerd": ("cri-containerd-{}.scope", "{}"),
+    "crio": ("crio-{}.scope", "crio-{}"),
+    "docker": ("docker-{}.scope", "{}"),
+}
+_DRIVERS = ("systemd", "cgroupfs")
+# cgroup v1 hierarchies numbered as a typical kernel does; runtimes leave rdma at the root.
+_V1_HIERARCHIES = (
+    "name=systemd", "cpu,cpuacct", "blkio", "memory", "devices", "freezer", "cpuset", "perf_event",
+    "net_cls,net_prio", "hugetlb", "pids", "rdma",
+)
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+_POD_UID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32}")
+_USER_SESSION = "/user.slice/user-1000.slice/session-3.scope"
+
+
+def build_proc_root(directory: Path, processes: Iterable[Mapping]) -> Path:
+    """Write `<directory>/<pid>/{comm,cgroup}` for each process and return `directory`.
+
+    A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
+    keyword arguments of `cgroup_text`.
+    """
+    for process in processes:
+        pid_dir = directory / str(process["pid"])
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        (pid_dir / "comm").write_text(f"{process['name']}\n")
+        options = {key: process[key] for key in _CGROUP_KEYS if key in process}
+        (pid_dir / "cgroup").write_text(process["cgroup"] if "cgroup" in process else cgroup_text(**options))
+    return directory
+
+
+def cgroup_text(
+    container_id: Optional[str] = None,
+    pod_uid: Optional[str] = None,
+    qos: str = "burstable",
+    runtime: str = "containerd",
+    cgroup_driver: str = "systemd",
+    cgroup_version: int = 2,
+    unit: Optional[str] = None,
+) -> str:
+    """The `/proc/<pid>/cgroup` text of a process in that container of that pod.
+
+    Without `container_id` the process is the host's: in systemd `unit` (e.g.
+    `nvidia-persistenced.service`) or else in a login session. A docker container without
+    `pod_uid` is one docker runs by itself, outside Kubernetes.
+    """
+    path = _cgroup_path(container_id, pod_uid, qos, runtime, cgroup_driver, unit)
+    if cgroup_version == 2:
+        return f"0::{path}\n"
+    if cgroup_version == 1:
+        numbered = reversed(list(enumerate(_V1_HIERARCHIES, 1)))
+        return "".join(f"{number}:{name}:{'/' if name == 'rdma' else path}\n" for number, name in numbered)
+    raise ValueError(f"cgroup_version must be 1 or 2, not {cgroup_version!r}")
+
+
+def _cgroup_path(
+    container_id: Optional[str], pod_uid: Optional[str], qos: str, runtime: str, driver: str, unit: Optional[str]
+) -> str:
+    if driver not in _DRIVERS:
+        raise ValueError(f"cgroup_driver must be one of {', '.join(_DRIVERS)}, not {driver!r}")
+    if container_id is None:
+        if pod_uid is not None:
+            raise ValueError("a process with a pod_uid needs the container_id of its container")
+        return f"/system.slice/{unit}" if unit else _USER_SESSION
+    if runtime not in _LEAF:
+        raise ValueError(f"runtime must be one of {', '.join(_LEAF)}, not {runtime!r}")
+    if not _CONTAINER_ID.fullmatch(container_id):
+        raise ValueError(f"container_id must be 64 lowercase hex digits, as runtimes make them: {container_id!r}")
+    leaf = _LEAF[runtime][_DRIVERS.index(driver)].format(container_id)
+    if pod_uid is not None:
+        return f"{_pod_path(pod_uid, qos, driver)}/{leaf}"
+    if runtime == "docker":
+        return f"/system.slice/{leaf}" if driver == "systemd" else f"/docker/{leaf}"
+    raise ValueError(f"a {runtime} container needs the pod_uid of its pod; only docker runs containers alone")
+
+
+def _pod_path(pod_uid: str, qos: str, driver: str) -> str:
+    if not _POD_UID.fullmatch(pod_uid):
+        raise ValueError(f"pod_uid must be a lowercase UUID, or 32 hex digits for a static pod: {pod_uid!r}")
+    if qos not in _QOS_CLASSES:
+        raise ValueError(f"qos must be one of {', '.join(_QOS_CLASSES)}, not {qos!r}")
+    levels = ["kubepods"] if qos == "guaranteed" else ["kubepods", qos]
+    if driver == "cgroupfs":
+        return "/" + "/".join(levels + [f"pod{pod_uid}"])
+    # systemd names each slice after all its ancestors, joined by "-", so the UID's own dashes become "_".
+    names = ["-".join(levels[: depth + 1]) for depth in range(len(levels))]
+    names.append(f"{names[-1]}-pod{pod_uid.replace('-', '_')}")
+    return "".join(f"/{name}.slice" for name in names)

@@ -1,0 +1,113 @@
+"""Snapshot and attribution to Datadog: metrics by the spec's types, health, XIDs, workloads, fleet, cost.
+
+This layer never calls NVML; it reads the Snapshot and what attribution and health made of it.
+"""
+
+from typing import Dict, List
+
+from datadog_checks.base import AgentCheck
+
+from ..attribution import Attribution, Tagger
+from ..health import Health
+from ..metric_spec import SPEC
+from ..snapshot import Device, Process, Snapshot
+from .events import submit_xids
+from .tags import device_tags, merge, mig_tags, process_tags
+
+HEALTH_CHECK = "device.health"
+_STATUS = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}
+PROCESS_METRICS = {
+    "process.memory.used": "used_memory",
+    "process.sm_utilization": "sm_utilization",
+    "process.memory_utilization": "memory_utilization",
+    "process.encoder_utilization": "encoder_utilization",
+    "process.decoder_utilization": "decoder_utilization",
+}
+
+
+class Submitter:
+    def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger):
+        self.check = check
+        self.base_tags = list(base_tags)
+        self.tagger = tagger
+
+    def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
+        self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
+        target_tags = {}
+        for device in snapshot.devices:
+            target_tags.update(self._device(device, snapshot, healths[device.index], attribution))
+        self._workloads(attribution, target_tags)
+        self._fleet(attribution)
+        submit_xids(self.check, snapshot, {uuid: tags for (_, _, uuid), tags in target_tags.items()}, self.base_tags)
+
+    def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> dict:
+        view = attribution.devices[device.index]
+        own = merge(self.base_tags, device_tags(device, snapshot, view.slicing_mode))
+        tags = self._held(own, view.holders.get((device.index, None)))
+        self.metrics(device.metrics, tags)
+        self._cost(view, tags)
+        self.check.service_check(HEALTH_CHECK, _STATUS[health.status], tags=tags, message=health.message or None)
+        found = {(device.index, None, device.uuid): own}
+        if not device.mig_instances:
+            self._processes(device.processes, device.processes_omitted, tags, (device.index, None), attribution)
+        for instance in device.mig_instances:
+            key = (device.index, instance.uuid)
+            instance_own = mig_tags(instance, device, own)
+            instance_tags = self._held(instance_own, view.holders.get(key))
+            self.metrics(instance.metrics, instance_tags)
+            self._processes(instance.processes, instance.processes_omitted, instance_tags, key, attribution)
+            found[(device.index, instance.uuid, instance.uuid)] = instance_own
+        return found
+
+    def _held(self, tags: List[str], holder) -> List[str]:
+        """A GPU or MIG instance held by one container, unshared, carries that container's tags."""
+        return merge(tags, holder.tags(self.tagger)) if holder else tags
+
+    def metrics(self, values: Dict[str, float], tags: List[str]) -> None:
+        for name, value in values.items():
+            metric = SPEC.get(name)
+            if metric is None:
+                self.check.log.debug("no spec for metric %s; not submitted", name)
+                continue
+            submit = self.check.monotonic_count if metric.type == "monotonic_count" else self.check.gauge
+            submit(name, value, tags=tags)
+
+    def _processes(self, processes: List[Process], omitted: int, tags: List[str], key, attribution) -> None:
+        if omitted:
+            self.check.gauge("processes.omitted", omitted, tags=tags)
+        for process in processes:
+            holder = attribution.process_holders.get((key, process.pid))
+            values = {name: getattr(process, field) for name, field in PROCESS_METRICS.items()}
+            self.metrics(
+                {k: v for k, v in values.items() if v is not None},
+                process_tags(process, tags, holder, self.tagger),
+            )
+
+    def _cost(self, view, tags: List[str]) -> None:
+        if view.price is None:
+            return
+        self.check.gauge("cost.hourly", view.price, tags=tags)
+        self.check.gauge("cost.idle_hourly", 0.0 if view.state.active else view.price, tags=tags)
+
+    def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
+        by_target = {(index, mig): tags for (index, mig, _), tags in target_tags.items()}
+        for workload in attribution.workloads:
+            tags = merge(by_target.get(workload.target, self.base_tags), workload.holder.tags(self.tagger))
+            values = {
+                "workload.gpus": workload.gpus,
+                "workload.memory.used": workload.memory_used,
+                "workload.sm_utilization": workload.sm_utilization,
+                "workload.sm_limit": workload.sm_limit,
+                "workload.idle": int(workload.idle),
+            }
+            price = attribution.devices[workload.target[0]].price
+            if price is not None:
+                values["workload.cost.hourly"] = price * workload.gpus
+                values["workload.cost.idle_hourly"] = price * workload.gpus if workload.idle else 0.0
+            self.metrics({k: v for k, v in values.items() if v is not None}, tags)
+
+    def _fleet(self, attribution: Attribution) -> None:
+        for model, counts in attribution.funnel.items():
+            tags = merge(self.base_tags, [f"gpu_model:{model}"] if model else [])
+            for stage, count in counts.items():
+                self.check.gauge(f"fleet.devices.{stage}", count, tags=tags)

@@ -1,0 +1,252 @@
+"""The kubelet `/pods` client against a real HTTPS kubelet on 127.0.0.1."""
+
+import socket
+import time
+
+import pytest
+from datadog_checks.base import ConfigurationError
+
+from gpu_monitoring.kube.kubelet import (
+    CRITICAL,
+    DEFAULT_CA_PATH,
+    DEFAULT_TOKEN_PATH,
+    WARNING,
+    KubeletClient,
+    KubeletError,
+    kubelet_settings,
+)
+from gpu_monitoring.simulator.kubelet_server import KubeletServer
+
+TRAINER = {
+    "uid": "7d1c9a52-0f0e-4c55-9a51-1f6e1c2b3a4d",
+    "name": "trainer-0",
+    "namespace": "ml",
+    "phase": "Running",
+    "containers": [
+        {
+            "name": "trainer",
+            "container_id": "a1b2c3",
+            "env": {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "EMPTY": "", "NODE": {"fieldRef": {"fieldPath": "x"}}},
+            "limits": {"nvidia.com/gpu": "2", "cpu": "4", "memory": "16Gi"},
+        },
+        {"name": "logger", "container_id": "d4e5f6", "runtime": "cri-o", "limits": {"cpu": "100m"}},
+        {"name": "starting", "container_id": None},
+    ],
+    "init_containers": [{"name": "fetch-model", "container_id": "0a0b0c", "limits": {"nvidia.com/gpu": "2"}}],
+}
+FINISHED = {"uid": "u-done", "name": "batch-1", "namespace": "jobs", "phase": "Succeeded", "containers": []}
+CRASHED = {"uid": "u-failed", "name": "batch-2", "namespace": "jobs", "phase": "Failed", "containers": []}
+WAITING = {"uid": "u-pending", "name": "batch-3", "namespace": "jobs", "phase": "Pending", "containers": []}
+SHORT_TTL = 0.2
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    with KubeletServer(pods=[TRAINER], token="first-token", directory=str(tmp_path)) as server:
+        yield server
+
+
+def client(server: KubeletServer, **options) -> KubeletClient:
+    settings = {"token_path": server.token_path, "ca_path": server.ca_path, "ttl": 0, **options}
+    return KubeletClient(server.pods_url, **settings)
+
+
+def failure(kube: KubeletClient) -> KubeletError:
+    with pytest.raises(KubeletError) as raised:
+        kube.pods()
+    return raised.value
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pods_are_parsed(kubelet):
+    (pod,) = client(kubelet).pods()
+    assert (pod.uid, pod.name, pod.namespace, pod.phase) == (TRAINER["uid"], "trainer-0", "ml", "Running")
+    trainer, logger, starting = pod.containers
+    assert [trainer.container_id, logger.container_id, starting.container_id] == ["a1b2c3", "d4e5f6", None]
+    # valueFrom entries are not in the spec; an empty literal value is kept.
+    assert trainer.env == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "EMPTY": ""}
+    assert trainer.gpu_limits == {"nvidia.com/gpu": "2"}
+    assert logger.env == {} and logger.gpu_limits == {}
+
+
+def test_docker_prefix_is_stripped_and_init_containers_are_left_out(kubelet):
+    kubelet.set_pods([{**TRAINER, "containers": [{"name": "app", "container_id": "docker://ff00"}]}])
+    (pod,) = client(kubelet).pods()
+    assert [(c.name, c.container_id) for c in pod.containers] == [("app", "ff00")]
+
+
+def test_terminal_pods_are_flagged(kubelet):
+    kubelet.set_pods([TRAINER, FINISHED, CRASHED, WAITING])
+    assert {p.name: p.terminal for p in client(kubelet).pods()} == {
+        "trainer-0": False,
+        "batch-1": True,
+        "batch-2": True,
+        "batch-3": False,
+    }
+
+
+def test_certificate_is_verified_by_default(kubelet):
+    error = failure(client(kubelet, ca_path=None))
+    assert error.status == CRITICAL
+    assert "system CA bundle" in str(error) and "kubelet_ca_path" in str(error)
+    assert kubelet.requests == 0, "no HTTP request may pass an unverified handshake"
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_verification_can_be_turned_off(kubelet):
+    assert [p.name for p in client(kubelet, ca_path=None, tls_verify=False).pods()] == ["trainer-0"]
+
+
+def test_missing_ca_file_is_critical(kubelet, tmp_path):
+    missing = str(tmp_path / "nowhere" / "ca.crt")
+    error = failure(client(kubelet, ca_path=missing))
+    assert error.status == CRITICAL and missing in str(error)
+    assert kubelet.requests == 0
+
+
+def test_wrong_token_is_critical(kubelet):
+    kubelet.write_token_file("not-the-token")
+    kube = client(kubelet)
+    error = failure(kube)
+    assert error.status == CRITICAL and "401" in str(error) and kubelet.token_path in str(error)
+    # The file still holds the refused token after the re-read, so there is nothing to retry with.
+    assert kube.requests == kubelet.requests == 1
+
+
+def test_missing_token_file_is_critical(kubelet, tmp_path):
+    missing = str(tmp_path / "no-token")
+    error = failure(client(kubelet, token_path=missing))
+    assert error.status == CRITICAL and missing in str(error)
+    assert kubelet.requests == 0
+
+
+def test_rotated_token_is_read_again_after_a_401(kubelet):
+    kube = client(kubelet)
+    kube.pods()
+    kubelet.set_token("second-token", write_file=True)
+    assert [p.name for p in kube.pods()] == ["trainer-0"]
+    assert kube.requests == kubelet.requests == 3
+
+
+def test_a_second_401_gives_up(kubelet):
+    kube = client(kubelet)
+    kube.pods()
+    kubelet.behaviour = "unauthorized"
+    kubelet.write_token_file("second-token")
+    assert failure(kube).status == CRITICAL
+    assert kubelet.requests == 3, "one request with the old token, one retry with the new, no more"
+
+
+def test_one_request_per_ttl(kubelet):
+    kube = client(kubelet, ttl=SHORT_TTL)
+    for _ in range(5):
+        assert [p.name for p in kube.pods()] == ["trainer-0"]
+    assert kubelet.requests == 1
+    kubelet.set_pods([TRAINER, FINISHED])
+    time.sleep(SHORT_TTL + 0.05)
+    assert [p.name for p in kube.pods()] == ["trainer-0", "batch-1"]
+    assert kubelet.requests == 2
+
+
+def test_down_kubelet_is_a_warning_asked_once_per_ttl():
+    kube = KubeletClient(f"https://127.0.0.1:{closed_port()}/pods", None, None, ttl=SHORT_TTL)
+    first = failure(kube)
+    assert first.status == WARNING and "cannot connect" in str(first)
+    assert str(failure(kube)) == str(first)
+    assert kube.requests == 1
+    time.sleep(SHORT_TTL + 0.05)
+    failure(kube)
+    assert kube.requests == 2
+
+
+def test_recovery_replaces_the_cached_error(kubelet):
+    kubelet.behaviour = "error"
+    kube = client(kubelet)
+    assert failure(kube).status == WARNING
+    kubelet.behaviour = "ok"
+    assert [p.name for p in kube.pods()] == ["trainer-0"]
+
+
+def test_invalid_json_is_critical(kubelet):
+    kubelet.behaviour = "garbage"
+    error = failure(client(kubelet))
+    assert error.status == CRITICAL and "valid pod list" in str(error)
+
+
+def test_server_error_is_a_warning(kubelet):
+    kubelet.behaviour = "error"
+    error = failure(client(kubelet))
+    assert error.status == WARNING and "HTTP 500" in str(error)
+
+
+def test_slow_kubelet_is_a_warning(kubelet):
+    kubelet.behaviour = "slow"
+    started = time.monotonic()
+    error = failure(client(kubelet, timeout=0.2))
+    assert error.status == WARNING and "timed out" in str(error)
+    assert time.monotonic() - started < 0.9, "the client must give up at its timeout, not wait for the answer"
+
+
+def test_settings_default_to_the_service_account(datadog_agent, monkeypatch):
+    monkeypatch.delenv("DD_KUBERNETES_KUBELET_HOST", raising=False)
+    assert kubelet_settings({}) == {
+        "url": "https://localhost:10250/pods",
+        "token_path": DEFAULT_TOKEN_PATH,
+        "ca_path": DEFAULT_CA_PATH,
+        "tls_verify": True,
+        "ttl": 30.0,
+    }
+    monkeypatch.setenv("DD_KUBERNETES_KUBELET_HOST", "10.0.0.7")
+    assert kubelet_settings({})["url"] == "https://10.0.0.7:10250/pods"
+
+
+def test_settings_follow_the_agent_then_the_instance(datadog_agent):
+    datadog_agent._config.update(
+        {
+            "kubernetes_kubelet_host": "fd00::7",
+            "kubernetes_https_kubelet_port": 10443,
+            "kubelet_auth_token_path": "/agent/token",
+            "kubelet_client_ca": "/agent/ca.crt",
+            "kubelet_tls_verify": "false",
+        }
+    )
+    assert kubelet_settings({}) == {
+        "url": "https://[fd00::7]:10443/pods",
+        "token_path": "/agent/token",
+        "ca_path": "/agent/ca.crt",
+        "tls_verify": False,
+        "ttl": 30.0,
+    }
+    instance = {
+        "kubelet_url": "https://node-a:10250",
+        "kubelet_token_path": "/mine/token",
+        "kubelet_ca_path": "/mine/ca.crt",
+        "kubelet_tls_verify": True,
+        "pod_cache_ttl": 5,
+    }
+    assert kubelet_settings(instance) == {
+        "url": "https://node-a:10250/pods",
+        "token_path": "/mine/token",
+        "ca_path": "/mine/ca.crt",
+        "tls_verify": True,
+        "ttl": 5.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("kubelet_url", "node-a:10250"),
+        ("kubelet_token_path", ""),
+        ("kubelet_tls_verify", "yes"),
+        ("pod_cache_ttl", -1),
+    ],
+)
+def test_bad_settings_name_the_option(datadog_agent, option, value):
+    with pytest.raises(ConfigurationError, match=option):
+        kubelet_settings({option: value})
