@@ -14,8 +14,13 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/gpu-monitoring check --simulate dgx-h100
 
+# Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends.
+ATTRIBUTION_TESTS = tests/test_pod_resources.py tests/test_kubelet.py $(wildcard tests/test_attribution*.py)
+
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
+	scripts/protobuf_check.sh latest $(ATTRIBUTION_TESTS)
+	scripts/protobuf_check.sh 4.21.12 $(ATTRIBUTION_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_monitoring tests scripts setup.py
@@ -27,4 +32,4 @@ metadata: $(STAMP)
 	$(BIN)/gpu-monitoring metadata --write metadata.csv
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) .venv-protobuf-* build dist *.egg-info

@@ -1,5 +1,6 @@
 """Instance options: read, checked and defaulted once, with errors that name the option."""
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -47,7 +48,7 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
     options["temperature_margin"] = _number(instance, "temperature_margin", 5.0, minimum=0)
     options["tags"] = _strings(instance, "tags")
     options.update(_kubernetes(instance))
-    options["proc_root"] = _text(instance, "proc_root", "/proc")
+    options["proc_root"] = _text(instance, "proc_root", default_proc_root())
     cap = _number(instance, "max_processes_per_device", 64, minimum=0, integer=True)
     options["max_processes_per_device"] = int(cap)
     options["hourly_price"] = _prices(instance)
@@ -57,6 +58,11 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
     if not options["collect_processes"] and "processes" not in options["disabled_collectors"]:
         options["disabled_collectors"] = options["disabled_collectors"] + ["processes"]
     return InstanceConfig(**options)
+
+
+def default_proc_root() -> str:
+    """The host's /proc: mounted at /host/proc in the Agent's container, else this machine's own."""
+    return "/host/proc" if os.path.isdir("/host/proc") else "/proc"
 
 
 def _kubernetes(instance: Mapping[str, Any]) -> Dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES, DeviceRef, matches_resource, parse_device_id
 from gpu_monitoring.kube.pod_resources import (
     LIST_METHOD,
-    DeviceAllocation,
+    Allocation,
     PodResourcesError,
     decode_allocations,
     list_allocations,
@@ -27,8 +27,8 @@ UUID = "GPU-5d5f9d2a-3c1b-4f5e-9a7b-2c8d0e1f2a3b"
 MIG_UUID = "MIG-0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d"
 
 
-def alloc(namespace: str, pod: str, container: str, resource: str, device_id: str) -> DeviceAllocation:
-    return DeviceAllocation(namespace, pod, container, resource, device_id)
+def alloc(namespace: str, pod: str, container: str, resource: str, device_id: str) -> Allocation:
+    return Allocation(namespace, pod, container, resource, device_id)
 
 
 TRAINING = [

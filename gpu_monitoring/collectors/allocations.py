@@ -4,7 +4,7 @@ from typing import Iterable
 
 from ..kube.device_ids import DEFAULT_RESOURCES
 from ..kube.pod_resources import PodResourcesError, list_allocations
-from ..snapshot import Allocation, Allocations
+from ..snapshot import Allocations
 
 
 class AllocationReader:
@@ -20,7 +20,4 @@ class AllocationReader:
             found = list_allocations(self.socket_path, self.patterns, self.timeout)
         except PodResourcesError as e:
             return Allocations(source="error", error=str(e))
-        return Allocations(
-            source="pod_resources",
-            items=[Allocation(a.namespace, a.pod, a.container, a.resource_name, a.device_id) for a in found],
-        )
+        return Allocations(source="pod_resources", items=found)

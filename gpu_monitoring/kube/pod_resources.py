@@ -6,11 +6,11 @@ fields attribution needs are read; every other field, known to newer kubelets or
 """
 
 import os
-from dataclasses import dataclass
 from typing import Iterable, Iterator, List, Tuple
 
 import grpc
 
+from ..snapshot import Allocation
 from .device_ids import DEFAULT_RESOURCES, matches_resource
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -21,17 +21,6 @@ _MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _FIXED_WIDTH = {_FIXED64: 8, _FIXED32: 4}
 _MAX_VARINT_BYTES = 10
-
-
-@dataclass(frozen=True)
-class DeviceAllocation:
-    """One device ID the kubelet gave one container."""
-
-    namespace: str
-    pod: str
-    container: str
-    resource_name: str
-    device_id: str
 
 
 class PodResourcesError(Exception):
@@ -45,7 +34,7 @@ class PodResourcesError(Exception):
 
 def list_allocations(
     socket_path: str, resource_patterns: Iterable[str] = DEFAULT_RESOURCES, timeout: float = 5.0
-) -> List[DeviceAllocation]:
+) -> List[Allocation]:
     """Every device of a resource matching one of the globs, as the kubelet's socket lists them now."""
     patterns = tuple(resource_patterns)
     if not os.path.exists(socket_path):
@@ -69,7 +58,7 @@ def list_allocations(
 
 def _call_list(socket_path: str, timeout: float) -> bytes:
     options = [("grpc.max_receive_message_length", _MAX_RESPONSE_BYTES)]
-    with grpc.insecure_channel("unix://" + socket_path, options=options) as channel:
+    with grpc.insecure_channel("unix://" + os.path.abspath(socket_path), options=options) as channel:
         # No serializers: the empty request is b"" and the answer is decoded after the call, so a
         # bad answer is reported as such rather than as gRPC's generic deserialization failure.
         call = channel.unary_unary(LIST_METHOD, request_serializer=None, response_deserializer=None)
@@ -110,18 +99,18 @@ def _rpc_failure(error: grpc.RpcError, socket_path: str, timeout: float) -> PodR
     return PodResourcesError(f"{where} failed the List call with {code.name}: {details}", "error")
 
 
-def decode_allocations(payload: bytes) -> List[DeviceAllocation]:
+def decode_allocations(payload: bytes) -> List[Allocation]:
     """Decode a serialized ListPodResourcesResponse into one allocation per device ID.
 
     Truncated or malformed bytes raise PodResourcesError with reason `invalid`."""
-    allocations: List[DeviceAllocation] = []
+    allocations: List[Allocation] = []
     for number, pod in _length_delimited_fields(payload, "ListPodResourcesResponse"):
         if number == 1:
             allocations.extend(_decode_pod(pod))
     return allocations
 
 
-def _decode_pod(payload: bytes) -> Iterator[DeviceAllocation]:
+def _decode_pod(payload: bytes) -> Iterator[Allocation]:
     name = namespace = ""
     containers = []
     for number, value in _length_delimited_fields(payload, "PodResources"):
@@ -136,7 +125,7 @@ def _decode_pod(payload: bytes) -> Iterator[DeviceAllocation]:
         yield from _decode_container(container, namespace, name)
 
 
-def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[DeviceAllocation]:
+def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[Allocation]:
     name = ""
     devices = []
     for number, value in _length_delimited_fields(payload, "ContainerResources"):
@@ -146,7 +135,7 @@ def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[Devi
             devices.append(_decode_devices(value))
     for resource_name, device_ids in devices:
         for device_id in device_ids:
-            yield DeviceAllocation(namespace, pod, name, resource_name, device_id)
+            yield Allocation(namespace, pod, name, resource_name, device_id)
 
 
 def _decode_devices(payload: bytes) -> Tuple[str, List[str]]:

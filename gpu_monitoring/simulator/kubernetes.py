@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from ..kube.pod_resources import DeviceAllocation
+from ..snapshot import Allocation
 from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
@@ -71,9 +71,9 @@ class SimulatedKubernetes:
 
     # --- what the servers serve -------------------------------------------------------
 
-    def allocations(self) -> List[DeviceAllocation]:
+    def allocations(self) -> List[Allocation]:
         return [
-            DeviceAllocation(pod["namespace"], pod["name"], c["name"], c.get("resource", "nvidia.com/gpu"),
+            Allocation(pod["namespace"], pod["name"], c["name"], c.get("resource", "nvidia.com/gpu"),
                              self.device_id(ref))
             for pod in self.pods
             for c in pod["containers"]

@@ -14,7 +14,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..kube.pod_resources import LIST_METHOD, DeviceAllocation
+from ..kube.pod_resources import LIST_METHOD
+from ..snapshot import Allocation
 
 BEHAVIOURS = ("ok", "unimplemented", "rate_limited", "slow", "garbage")
 
@@ -60,7 +61,7 @@ _RATE_LIMIT_MESSAGE = "rejected by rate limit"
 
 
 class PodResourcesServer:
-    """Serves `allocations` (DeviceAllocation-like: namespace, pod, container, resource_name,
+    """Serves `allocations` (Allocation-like: namespace, pod, container, resource_name,
     device_id) on `unix://<socket_path>` until stopped.
 
     `behaviour` is one of BEHAVIOURS: ok; unimplemented (an old kubelet); rate_limited (the
@@ -70,7 +71,7 @@ class PodResourcesServer:
     def __init__(
         self,
         socket_path: str,
-        allocations: Iterable[DeviceAllocation] = (),
+        allocations: Iterable[Allocation] = (),
         behaviour: str = "ok",
         delay: float = 1.0,
         extra_fields: bool = False,
@@ -92,7 +93,7 @@ class PodResourcesServer:
         with self._lock:
             return self._requests
 
-    def set_allocations(self, allocations: Iterable[DeviceAllocation]) -> None:
+    def set_allocations(self, allocations: Iterable[Allocation]) -> None:
         payload = self._encode(list(allocations))
         with self._lock:
             self._payload = payload
@@ -148,7 +149,7 @@ class PodResourcesServer:
             self._stopping.wait(self.delay)
         return _GARBAGE if behaviour == "garbage" else payload
 
-    def _encode(self, allocations: List[DeviceAllocation]) -> bytes:
+    def _encode(self, allocations: List[Allocation]) -> bytes:
         response = self._response_class()
         self._stamp(response)
         for (namespace, pod_name), containers in _group(allocations).items():
@@ -170,7 +171,7 @@ class PodResourcesServer:
                 setattr(message, name, value)
 
 
-def _group(allocations: List[DeviceAllocation]) -> Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]]:
+def _group(allocations: List[Allocation]) -> Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]]:
     """Nest flat allocations as the kubelet does: pod, then container, then resource, in first-seen order."""
     pods: Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]] = {}
     for allocation in allocations:
