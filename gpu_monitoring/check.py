@@ -51,6 +51,7 @@ class GpuMonitoringCheck(AgentCheck):
         self._previous: Dict[str, Device] = {}
         self._unavailable: Optional[str] = None
         self._kubernetes_state: Optional[tuple] = None
+        self._told: set = set()
 
     def _configure(self, instance: dict) -> InstanceConfig:
         """The options; with `simulate`, a simulated NVML and, if the scenario has pods, a
@@ -146,8 +147,10 @@ class GpuMonitoringCheck(AgentCheck):
         self.service_check(KUBELET_CAN_CONNECT, code, tags=self.config.tags, message=message)
 
     def _report_problems(self, attribution: Attribution) -> None:
-        for problem in attribution.problems:
+        # Each allocation that points at no GPU is told once, not every run.
+        for problem in sorted(set(attribution.problems) - self._told):
             self.warning("pod-resources: %s", problem)
+        self._told = set(attribution.problems)
 
     # --- health -----------------------------------------------------------------------
 

@@ -38,7 +38,8 @@ class Submitter:
             target_tags.update(self._device(device, snapshot, healths[device.index], attribution))
         self._workloads(attribution, target_tags)
         self._fleet(attribution)
-        submit_xids(self.check, snapshot, {uuid: tags for (_, _, uuid), tags in target_tags.items()}, self.base_tags)
+        by_uuid = {d.uuid: target_tags[(d.index, None)] for d in snapshot.devices}
+        submit_xids(self.check, snapshot, by_uuid, self.base_tags)
 
     def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> dict:
         view = attribution.devices[device.index]
@@ -47,7 +48,7 @@ class Submitter:
         self.metrics(device.metrics, tags)
         self._cost(view, tags)
         self.check.service_check(HEALTH_CHECK, _STATUS[health.status], tags=tags, message=health.message or None)
-        found = {(device.index, None, device.uuid): own}
+        found = {(device.index, None): tags}
         if not device.mig_instances:
             self._processes(device.processes, device.processes_omitted, tags, (device.index, None), attribution)
         for instance in device.mig_instances:
@@ -56,7 +57,7 @@ class Submitter:
             instance_tags = self._held(instance_own, view.holders.get(key))
             self.metrics(instance.metrics, instance_tags)
             self._processes(instance.processes, instance.processes_omitted, instance_tags, key, attribution)
-            found[(device.index, instance.uuid, instance.uuid)] = instance_own
+            found[key] = instance_tags
         return found
 
     def _held(self, tags: List[str], holder) -> List[str]:
@@ -90,9 +91,8 @@ class Submitter:
         self.check.gauge("cost.idle_hourly", 0.0 if view.state.active else view.price, tags=tags)
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
-        by_target = {(index, mig): tags for (index, mig, _), tags in target_tags.items()}
         for workload in attribution.workloads:
-            tags = merge(by_target.get(workload.target, self.base_tags), workload.holder.tags(self.tagger))
+            tags = merge(target_tags.get(workload.target, self.base_tags), workload.holder.tags(self.tagger))
             values = {
                 "workload.gpus": workload.gpus,
                 "workload.memory.used": workload.memory_used,
