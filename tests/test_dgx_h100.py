@@ -223,18 +223,35 @@ def test_errors_processes_and_mig(dgx, aggregator):
     assert dgx.series("xid_errors") == []
 
 
+# The pods that hold each GPU (scenario dgx-h100): GPU 7 is free, the others each held by one container.
+HOLDERS = {
+    0: ("llm-pretrain-0", "ml-training", "trainer"),
+    1: ("llm-pretrain-0", "ml-training", "trainer"),
+    2: ("vllm-llama-70b-5d8f7c9b6-x2kqp", "inference", "vllm"),
+    3: ("triton-resnet-6c9f8d7b5-q8wzt", "inference", "triton"),
+    4: ("jupyter-alice", "research", "notebook"),
+    5: ("jupyter-bob", "research", "notebook"),
+    6: ("finetune-mistral-7b-0", "ml-training", "trainer"),
+}
+POD_TAGS = {"pod_name", "kube_namespace", "kube_container_name", "container_id"}
+NODE_METRICS = {"gpu_monitoring.devices.count"} | {
+    f"gpu_monitoring.fleet.devices.{stage}" for stage in ("total", "allocated", "active", "effective")
+}
+
+
 def test_device_tags(dgx, aggregator):
+    # Device series: every metric but the node's own and the per-process and per-workload ones.
     device_series = [
         stub
         for name in aggregator.metric_names
-        if name != "gpu_monitoring.devices.count"
+        if name not in NODE_METRICS and not name.startswith(("gpu_monitoring.process.", "gpu_monitoring.workload."))
         for stub in aggregator.metrics(name)
     ]
     assert len(device_series) > 8 * 50
+    container_ids = {}
     for stub in device_series:
         tags = tag_dict(stub.tags)
         assert DESIGN_TAGS <= set(tags), (stub.name, stub.tags)
-        assert len(stub.tags) == len(DESIGN_TAGS), (stub.name, stub.tags)
         index = int(tags["gpu_index"])
         assert tags["gpu_model"] == "NVIDIA H100 80GB HBM3"
         assert tags["gpu_architecture"] == "hopper"
@@ -242,6 +259,19 @@ def test_device_tags(dgx, aggregator):
         assert tags["gpu_slicing_mode"] == "none"
         assert tags["gpu_pci_bus_id"] == PCI_BUS_IDS[index]
         assert tags["gpu_uuid"].startswith("GPU-")
+        if index in HOLDERS:
+            # Exactly one container holds the GPU: its series carry that container's pod tags too.
+            assert set(tags) == DESIGN_TAGS | POD_TAGS, (stub.name, stub.tags)
+            assert len(stub.tags) == len(DESIGN_TAGS | POD_TAGS), (stub.name, stub.tags)
+            assert (tags["pod_name"], tags["kube_namespace"], tags["kube_container_name"]) == HOLDERS[index]
+            assert len(tags["container_id"]) == 64
+            container_ids.setdefault(tags["pod_name"], set()).add(tags["container_id"])
+        else:
+            assert len(stub.tags) == len(DESIGN_TAGS), (stub.name, stub.tags)
+    # One container ID per pod (llm-pretrain-0 holds two GPUs with one container), six pods.
+    assert {pod: len(ids) for pod, ids in container_ids.items()} == dict.fromkeys(
+        {pod for pod, _, _ in HOLDERS.values()}, 1
+    )
     uuids = {tag_dict(s.tags)["gpu_index"]: tag_dict(s.tags)["gpu_uuid"] for s in device_series}
     assert len(uuids) == 8 and len(set(uuids.values())) == 8
     # The same GPU has the same UUID on every series.

@@ -17,16 +17,24 @@ SUBMISSION_TYPES = {
     "monotonic_count": stub_aggregator.MONOTONIC_COUNT,
     "count": stub_aggregator.COUNT,
 }
-# Scenario and how long to run it: faults until t=60 sees the XIDs and the link faults.
-SCENARIOS = {"dgx-h100": 15, "a100-mig": 15, "t4-shared": 15, "legacy-driver": 15, "faults": 60}
+# Scenario, how long to run it and the instance options: faults until t=60 sees the XIDs and the link
+# faults; prices make the cost metrics appear, and a cap of 2 processes per device leaves t4-shared's
+# MPS GPU (4 processes) with processes.omitted.
+SCENARIOS = {
+    "dgx-h100": (15, {"hourly_price": {"NVIDIA H100*": 4.0}}),
+    "a100-mig": (15, {"hourly_price": {"NVIDIA A100-SXM4-80GB": 3.0}}),
+    "t4-shared": (15, {"default_hourly_price": 0.35, "max_processes_per_device": 2}),
+    "legacy-driver": (15, {}),
+    "faults": (60, {}),
+}
 
 
 @pytest.fixture(scope="module")
 def submitted():
     """{metric name: {scenario: {submission types}}} over every run of every scenario."""
     found = defaultdict(lambda: defaultdict(set))
-    for scenario, until in SCENARIOS.items():
-        check = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario}])
+    for scenario, (until, options) in SCENARIOS.items():
+        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=scenario)])
         check.simulation.clock.set_speed(0)
         for run in range(until // 15 + 1):
             if run:
@@ -91,6 +99,11 @@ def test_every_spec_metric_is_submitted_by_some_scenario(submitted):
         ("mig.instances", "a100-mig"),
         ("sm_active", "dgx-h100"),
         ("memory.reserved", "dgx-h100"),
+        ("processes.omitted", "t4-shared"),
+        ("cost.idle_hourly", "dgx-h100"),
+        ("cost.hourly", "a100-mig"),
+        ("workload.sm_limit", "t4-shared"),
+        ("workload.cost.idle_hourly", "t4-shared"),
     ],
 )
 def test_where_the_rarer_metrics_come_from(submitted, metric, scenario):

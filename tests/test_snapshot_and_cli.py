@@ -106,12 +106,25 @@ def test_cli_json(capsys):
         assert set(check) == {"name", "status", "tags", "message"}
     assert report["events"] == []
     statuses = {(c["name"], c["status"]) for c in report["service_checks"]}
-    assert statuses == {("gpu_monitoring.device.health", "OK"), ("gpu_monitoring.nvml.can_connect", "OK")}
-    assert len(report["service_checks"]) == 9
+    # dgx-h100 runs pods: its simulated kubelet and pod-resources socket answer.
+    assert statuses == {
+        ("gpu_monitoring.device.health", "OK"),
+        ("gpu_monitoring.nvml.can_connect", "OK"),
+        ("gpu_monitoring.kubelet.can_connect", "OK"),
+    }
+    assert len(report["service_checks"]) == 10
     count = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.devices.count"]
     assert [m["value"] for m in count] == [8]
     temperatures = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.temperature"]
     assert len(temperatures) == 8 and all(m["type"] == "gauge" for m in temperatures)
+    # The exclusive GPUs' series carry their pod; the free GPU 7 carries none.
+    pods = {tag_dict(m["tags"])["gpu_index"]: tag_dict(m["tags"]).get("pod_name") for m in temperatures}
+    assert pods["0"] == pods["1"] == "llm-pretrain-0"
+    assert pods["5"] == "jupyter-bob"
+    assert pods["7"] is None
+    funnel = {m["name"].rsplit(".", 1)[-1]: m["value"] for m in report["metrics"]
+              if m["name"].startswith("gpu_monitoring.fleet.devices.")}
+    assert funnel["total"] == 8 and funnel["allocated"] == 7 and funnel["active"] == 6
 
 
 def test_cli_shows_monotonic_counts_as_the_increase(capsys):
@@ -166,8 +179,12 @@ def test_cli_with_the_example_config(capsys):
                                 "--json"))
     health = [c for c in report["service_checks"] if c["name"] == "gpu_monitoring.device.health"]
     assert [c["status"] for c in health] == ["OK", "OK"]
-    counts = [m["value"] for m in report["metrics"] if m["name"] == "gpu_monitoring.processes.count"]
-    assert counts == [3, 3]
+    counts = {tag_dict(m["tags"])["gpu_index"]: m["value"] for m in report["metrics"]
+              if m["name"] == "gpu_monitoring.processes.count"}
+    # GPU 1 runs the MPS server (in the device plugin's control-daemon pod) and three MPS clients.
+    assert counts == {"0": 3, "1": 4}
+    kubelet = [c for c in report["service_checks"] if c["name"] == "gpu_monitoring.kubelet.can_connect"]
+    assert [c["status"] for c in kubelet] == ["OK"]
 
 
 def test_cli_config_interval_and_tags(capsys, tmp_path):

@@ -1,0 +1,126 @@
+"""Shared GPUs (scenario t4-shared): GPU 0 time-sliced into 4 replicas, GPU 1 shared through MPS.
+
+Each container holds a quarter of its GPU; the shared GPUs' own series carry no pod (no double
+counting) while the workload series do; the MPS server serves its clients and is no workload.
+"""
+
+import pytest
+
+from .attribution_support import MIB, container_id, funnel, pod_tags, processes, workloads
+from .conftest import tag_dict
+
+T4_PRICE = 0.35
+TIME_SLICED, MPS = 0, 1
+# pod: (gpu, container, pids)
+PODS = {
+    "analytics-a": (TIME_SLICED, "deepstream", [2201]),
+    "analytics-b": (TIME_SLICED, "deepstream", [2202]),
+    "analytics-c": (TIME_SLICED, "tracker", [2203]),
+    "analytics-d": (TIME_SLICED, "tracker", []),
+    "infer-1": (MPS, "model", [3311]),
+    "infer-2": (MPS, "model", [3312]),
+    "infer-3": (MPS, "model", [3313]),
+    "infer-4": (MPS, "model", []),
+}
+IDLE_PODS = {"analytics-d", "infer-4"}
+MEMORY_MIB = {2201: 3100, 2202: 2900, 2203: 1800, 3311: 2100, 3312: 1900, 3313: 1200}
+MPS_SERVER, MPS_DAEMON_POD = 3300, "nvidia-device-plugin-mps-control-daemon-7xk2p"
+
+
+@pytest.fixture
+def t4(node):
+    return node("t4-shared", hourly_price={"Tesla T4": T4_PRICE}).run(2)
+
+
+def test_slicing_modes(t4, aggregator):
+    for name in aggregator.metric_names:
+        for stub in aggregator.metrics(name):
+            tags = tag_dict(stub.tags)
+            if "gpu_index" in tags:
+                assert tags["gpu_slicing_mode"] == {"0": "time_slicing", "1": "mps"}[tags["gpu_index"]], stub
+    modes = {int(tag_dict(s.tags)["gpu_index"]): tag_dict(s.tags)["gpu_slicing_mode"] for s in t4.health().values()}
+    assert modes == {TIME_SLICED: "time_slicing", MPS: "mps"}
+
+
+def test_every_container_holds_a_quarter(t4):
+    gpus = workloads(t4, "workload.gpus")
+    assert gpus == {(gpu, pod): 0.25 for pod, (gpu, _, _) in PODS.items()}
+    # The four replicas of each GPU add up to the whole GPU.
+    for gpu in (TIME_SLICED, MPS):
+        assert sum(v for (index, _), v in gpus.items() if index == gpu) == 1
+
+
+def test_idle_replicas(t4):
+    idle = workloads(t4, "workload.idle")
+    assert idle == {(gpu, pod): int(pod in IDLE_PODS) for pod, (gpu, _, _) in PODS.items()}
+    memory = workloads(t4, "workload.memory.used")
+    assert memory == {(gpu, pod): sum(MEMORY_MIB[p] for p in pids) * MIB for pod, (gpu, _, pids) in PODS.items()}
+    sm = workloads(t4, "workload.sm_utilization")
+    process_sm = {pid: stub.value for pid, stub in processes(t4, "process.sm_utilization").items()}
+    for pod, (gpu, _, pids) in PODS.items():
+        assert sm[(gpu, pod)] == sum(process_sm[pid] for pid in pids)
+        assert (sm[(gpu, pod)] > 0) == (pod not in IDLE_PODS)
+
+
+def test_mps_limits(t4):
+    # Only the MPS clients have CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: 25.
+    assert workloads(t4, "workload.sm_limit") == {(MPS, pod): 25 for pod, (gpu, _, _) in PODS.items() if gpu == MPS}
+
+
+def test_the_mps_server_is_no_workload(t4):
+    pods = {pod for _, pod in workloads(t4, "workload.gpus")}
+    assert MPS_DAEMON_POD not in pods
+    assert pods == set(PODS)
+    # It is one of GPU 1's four processes, and its process series names its pod.
+    assert t4.values("processes.count") == {TIME_SLICED: 3, MPS: 4}
+    server = processes(t4, "process.memory.used")[MPS_SERVER]
+    assert server.value == 30 * MIB
+    assert tag_dict(server.tags)["process_name"] == "nvidia-cuda-mps-server"
+    assert pod_tags(server.tags)["pod_name"] == MPS_DAEMON_POD
+
+
+def test_shared_gpus_carry_no_pod_tags(t4, aggregator):
+    for name in aggregator.metric_names:
+        if name.startswith(("gpu_monitoring.workload.", "gpu_monitoring.process.")):
+            continue
+        for stub in aggregator.metrics(name):
+            assert pod_tags(stub.tags) == {}, (name, stub.tags)
+    for stub in aggregator.service_checks("gpu_monitoring.device.health"):
+        assert pod_tags(stub.tags) == {}
+
+
+def test_workload_and_process_series_carry_their_pod(t4):
+    for stub in t4.series("workload.gpus"):
+        tags = pod_tags(stub.tags)
+        gpu, container, _ = PODS[tags["pod_name"]]
+        assert tag_dict(stub.tags)["gpu_index"] == str(gpu)
+        assert tags == {
+            "pod_name": tags["pod_name"],
+            "kube_namespace": "video" if gpu == TIME_SLICED else "edge",
+            "kube_container_name": container,
+            "container_id": container_id(t4, tags["pod_name"]),
+        }
+    by_pid = processes(t4, "process.memory.used")
+    for pod, (gpu, _, pids) in PODS.items():
+        for pid in pids:
+            assert tag_dict(by_pid[pid].tags)["gpu_index"] == str(gpu)
+            assert pod_tags(by_pid[pid].tags)["pod_name"] == pod
+            assert by_pid[pid].value == MEMORY_MIB[pid] * MIB
+
+
+def test_costs(t4):
+    assert t4.values("cost.hourly") == {TIME_SLICED: T4_PRICE, MPS: T4_PRICE}
+    # Both GPUs do work: neither is idle as a whole.
+    assert t4.values("cost.idle_hourly") == {TIME_SLICED: 0.0, MPS: 0.0}
+    quarter = T4_PRICE / 4
+    assert workloads(t4, "workload.cost.hourly") == pytest.approx(
+        {(gpu, pod): quarter for pod, (gpu, _, _) in PODS.items()})
+    assert workloads(t4, "workload.cost.idle_hourly") == pytest.approx(
+        {(gpu, pod): quarter if pod in IDLE_PODS else 0.0 for pod, (gpu, _, _) in PODS.items()})
+
+
+def test_funnel(t4):
+    utilization = t4.values("utilization.gpu")
+    # T4 has no GPM: effective follows utilization.gpu against the threshold of 50 %.
+    effective = sum(1 for gpu in (TIME_SLICED, MPS) if utilization[gpu] >= 50)
+    assert funnel(t4) == {"total": 2, "allocated": 2, "active": 2, "effective": effective}
