@@ -39,7 +39,6 @@ class GpuMonitoringCheck(AgentCheck):
             NvmlSession(library),
             disabled=self.config.disabled_collectors,
             proc_root=self.config.proc_root,
-            max_processes_per_device=self.config.max_processes_per_device,
             allocations=allocations,
         )
         self.settings = Settings(
@@ -47,23 +46,21 @@ class GpuMonitoringCheck(AgentCheck):
             hourly_price=self.config.hourly_price,
             default_hourly_price=self.config.default_hourly_price,
         )
-        self.submitter = Submitter(self, self.config.tags, _orchestrator_tags)
+        self.submitter = Submitter(self, self.config.tags, _orchestrator_tags, self.config.max_processes_per_device)
         self._previous: Dict[str, Device] = {}
         self._unavailable: Optional[str] = None
         self._kubernetes_state: Optional[tuple] = None
         self._told: set = set()
 
     def _configure(self, instance: dict) -> InstanceConfig:
-        """The options; with `simulate`, a simulated NVML and, if the scenario has pods, a
-        simulated kubelet, pod-resources socket and proc root the options point at."""
+        """The options; with `simulate`, a simulated NVML, a proc root and, if the scenario has
+        pods, a simulated kubelet and pod-resources socket, which the options point at."""
         config = parse(instance)
         if not config.simulate:
             return config
         self.simulation = simulator.SimulatedNvml(_scenario(config.simulate))
-        if "kubernetes" not in self.simulation.scenario.extra or config.kubernetes == "false":
-            return config
         self.simulated_node = SimulatedKubernetes(self.simulation)
-        standing_in = self.simulated_node.start()
+        standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
         return parse(dict(standing_in, **instance))
 
     def _on_kubernetes(self) -> bool:
@@ -127,7 +124,8 @@ class GpuMonitoringCheck(AgentCheck):
         try:
             pods = self.kubelet.pods()
         except KubeletError as e:
-            problems.append((e.status, f"kubelet: {e}; metrics go out without pod names"))
+            problems.append((e.status, f"kubelet: {e}; pods are named from pod-resources alone, "
+                                       "without their phase, container IDs or MPS limits"))
         if snapshot.allocations.source == "error":
             problems.append(("WARNING", f"pod-resources: {snapshot.allocations.error}; "
                                         "GPUs running a compute process count as allocated until it answers"))

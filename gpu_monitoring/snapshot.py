@@ -56,7 +56,6 @@ class MigInstance:
     profile: Optional[str]
     metrics: Dict[str, float] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
-    processes_omitted: int = 0
 
 
 @dataclass
@@ -72,7 +71,6 @@ class Device:
     error: Optional[str] = None
     metrics: Dict[str, float] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
-    processes_omitted: int = 0
     mig_instances: List[MigInstance] = field(default_factory=list)
     nvlink_down: List[int] = field(default_factory=list)
     unsupported: List[str] = field(default_factory=list)

@@ -130,11 +130,6 @@ def test_an_unconfigured_resource_name_is_not_an_allocation(node, scenario):
     assert pods[0] == "gke-whole"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG attribution/workloads.py _share(): on Kubernetes a container using a GPU no pod holds gets "
-    "workload.gpus 1 (the off-Kubernetes even split), while the funnel counts that GPU unallocated and "
-    "cost.idle_hourly bills it as idle"
-))
 def test_a_container_on_a_gpu_it_was_not_given_holds_none_of_it(node, scenario):
     gke = node(scenario, default_hourly_price=2.0).run(2)
     # GPU 4 is not allocated (example.com/gpu-large is not configured) and so idle for the funnel and cost...

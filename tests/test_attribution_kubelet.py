@@ -79,16 +79,18 @@ def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, rea
         dgx.run()
         check = kubelet_check()
         assert check.status == status
-        assert reason in check.message and "without pod names" in check.message, check.message
+        assert reason in check.message and "named from pod-resources alone" in check.message, check.message
     # Every GPU still reports.
     assert set(dgx.values("utilization.gpu")) == set(range(8))
     assert funnel(dgx)["total"] == 8
-    # Processes keep the container ID their cgroup names, but no pod name: only the kubelet knows it.
+    # Processes keep the container ID their cgroup names; on a GPU pod-resources says one pod holds,
+    # that pod's names come from pod-resources.
     by_pid = processes(dgx, "process.memory.used")
     assert set(by_pid) == set(PIDS)
     for pid, pod in PIDS.items():
         tags = pod_tags(by_pid[pid].tags)
-        assert tags == {"container_id": container_id(dgx, pod)}, by_pid[pid].tags
+        assert tags["container_id"] == container_id(dgx, pod), by_pid[pid].tags
+        assert tags["pod_name"] == pod, by_pid[pid].tags
         assert "process_name" in tag_dict(by_pid[pid].tags)
     (free,) = [s for s in dgx.series("utilization.gpu") if tag_dict(s.tags)["gpu_index"] == "7"]
     assert pod_tags(free.tags) == {}
@@ -114,12 +116,6 @@ def test_a_healthy_kubelet_is_asked_once_per_ttl(node):
     assert kubelet_check().status == AgentCheck.OK
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG attribution/holders.py + workloads.py: without the kubelet, a container is keyed ('pod', ns, pod, "
-    "container) from pod-resources but ('container', id) from its processes' cgroups, so every held GPU gets "
-    "two workloads: the pod with gpus 1, no process, idle 1 (full idle cost) and a container with gpus 0 "
-    "carrying the real usage"
-))
 def test_busy_pods_are_not_reported_idle_while_the_kubelet_is_down(node):
     dgx = node("dgx-h100", pod_cache_ttl=LONG_TTL, hourly_price={"NVIDIA H100*": 4.0})
     dgx.check.simulated_node.kubelet.behaviour = "error"

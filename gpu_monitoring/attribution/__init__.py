@@ -49,7 +49,7 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
     claims = claims_by_target(resolved, directory)
     views, workloads, process_holders = {}, [], {}
     for device in snapshot.devices:
-        device_workloads = build_workloads(device, claims, directory)
+        device_workloads = build_workloads(device, claims, directory, from_pod_resources)
         workloads += device_workloads
         allocated = _held(device, claims) if from_pod_resources else _runs_compute(device)
         views[device.index] = DeviceView(

@@ -81,26 +81,41 @@ def slicing_mode(device: Device, claims: Dict[TargetKey, Claims]) -> str:
 
 
 def build_workloads(
-    device: Device, claims: Dict[TargetKey, Claims], directory: PodDirectory
+    device: Device, claims: Dict[TargetKey, Claims], directory: PodDirectory, on_kubernetes: bool
 ) -> List[Workload]:
     workloads = []
     for key, instance, processes in targets_of(device):
         target_claims = claims.get(key) or Claims()
-        users = _users(processes, directory)
+        users = _adopt(_users(processes, directory), target_claims)
         holders = dict(target_claims.holders)
         for holder_key, (holder, _) in users.items():
             holders.setdefault(holder_key, holder)
         fraction = _instance_fraction(device, instance)
         for holder_key, holder in holders.items():
-            share = _share(target_claims, holder_key, len(holders))
+            share = _share(target_claims, holder_key, len(holders), on_kubernetes)
             workloads.append(_workload(key, holder, share * fraction, users.get(holder_key, (holder, []))[1]))
     return workloads
 
 
-def _share(claims: Claims, key: HolderKey, holders: int) -> float:
-    """What the kubelet gave the container; a container using a GPU it was not given holds none of it.
-    Without any allocation (off Kubernetes) the containers using a GPU split it evenly."""
-    if claims.holders:
+def _adopt(users: Dict[HolderKey, Tuple[Holder, List[Process]]], claims: Claims) -> Dict:
+    """Without the kubelet a process is known only by its container ID. On a target exactly one
+    container was given, its processes are that container's."""
+    if len(claims.holders) != 1:
+        return users
+    (owner_key, owner), = claims.holders.items()
+    adopted = {}
+    for key, (holder, processes) in users.items():
+        if key[0] == "container" and not owner.container_id:
+            owner.container_id = holder.container_id
+            key, holder = owner_key, owner
+        adopted.setdefault(key, (holder, []))[1].extend(processes)
+    return adopted
+
+
+def _share(claims: Claims, key: HolderKey, holders: int, on_kubernetes: bool) -> float:
+    """What the kubelet gave the container; on Kubernetes a container using a GPU it was not given
+    holds none of it. Off Kubernetes the containers using a GPU split it evenly."""
+    if claims.holders or on_kubernetes:
         return claims.share(key) if key in claims.holders else 0.0
     return 1.0 / holders
 

@@ -40,14 +40,12 @@ class NodeCollector:
         session: NvmlSession,
         disabled: Iterable[str] = (),
         proc_root: Optional[str] = "/proc",
-        max_processes_per_device: int = 0,
         allocations: Optional[AllocationReader] = None,
         lost_restart_interval: float = 300.0,
     ):
         self.session = session
         self.disabled = set(disabled)
         self.proc_root = proc_root
-        self.max_processes_per_device = max_processes_per_device
         self.allocations = allocations
         self.lost_restart_interval = lost_restart_interval
         self.events = EventWatcher()
@@ -61,7 +59,7 @@ class NodeCollector:
             "utilization": Utilization(),
             "gpm": Gpm(),
             "memory": Memory(),
-            "processes": Processes(self.proc_root, self.max_processes_per_device),
+            "processes": Processes(self.proc_root),
         }
         per_device = {
             **shared,

@@ -1,7 +1,7 @@
 """Compute and MPS-client processes on a GPU or MIG instance: memory, engine use, name, owner."""
 
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..kube.procfs import process_name, process_owner
 from ..nvml import CannotAnswer, Device
@@ -12,17 +12,15 @@ log = logging.getLogger(__name__)
 
 
 class Processes(Collector):
-    """`max_per_device` keeps the processes using the most memory (0 keeps all) and counts the rest.
-
-    Names and owners (container, pod) come from `<proc_root>/<pid>`; a process that exits
-    between NVML's list and that read is kept without them.
+    """Every process NVML lists, with its engine use since the last run. Names and owners
+    (container, pod) come from `<proc_root>/<pid>`; a process that exits between NVML's list
+    and that read is kept without them.
     """
 
     name = "processes"
 
-    def __init__(self, proc_root: Optional[str] = "/proc", max_per_device: int = 0):
+    def __init__(self, proc_root: Optional[str] = "/proc"):
         self.proc_root = proc_root
-        self.max_per_device = max_per_device
         self._since: Dict[Tuple[int, Optional[int]], int] = {}
         self._proc_problem: Optional[str] = None
 
@@ -32,19 +30,12 @@ class Processes(Collector):
         except CannotAnswer:
             return
         out.metrics["processes.count"] = len({p.pid for p in found})
-        kept = self._largest(found)
-        out.processes_omitted = len(found) - len(kept)
         usage = self._utilization(device)
-        for process in kept:
+        for process in found:
             if usage is not None:
                 self._set_usage(process, usage.get(process.pid, {}))
             self._set_owner(process)
-        out.processes = kept
-
-    def _largest(self, found: List[Process]) -> List[Process]:
-        if not self.max_per_device or len(found) <= self.max_per_device:
-            return found
-        return sorted(found, key=lambda p: p.used_memory or 0, reverse=True)[: self.max_per_device]
+        out.processes = found
 
     def _utilization(self, device: Device) -> Optional[Dict[int, Dict[str, float]]]:
         """Usage by pid since the last run; None where the device has no per-process sampling."""

@@ -17,8 +17,9 @@ given and the GPU processes it runs:
               env: {CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25"}
               runtime: containerd         # or crio, docker; cgroup_driver and cgroup_version too
 
-`start()` writes the proc root, starts the HTTPS kubelet and the gRPC socket in a temporary
-directory and returns the instance options that point the check at them.
+`start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and the
+gRPC socket in a temporary directory and returns the instance options that point the check
+at them.
 """
 
 import hashlib
@@ -44,10 +45,13 @@ class SimulatedKubernetes:
         self.kubelet: Optional[KubeletServer] = None
         self.pod_resources: Optional[PodResourcesServer] = None
 
-    def start(self) -> Dict[str, Any]:
+    def start(self, serve_kubernetes: bool = True) -> Dict[str, Any]:
+        """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
         self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
         root = Path(self._directory.name)
         proc_root = build_proc_root(root / "proc", self._processes())
+        if not (serve_kubernetes and self.pods):
+            return {"kubernetes": "false", "proc_root": str(proc_root)}
         self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
         self.kubelet.write_token_file()
         socket_path = str(root / "kubelet.sock")

@@ -26,10 +26,11 @@ PROCESS_METRICS = {
 
 
 class Submitter:
-    def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger):
+    def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger, max_processes: int = 0):
         self.check = check
         self.base_tags = list(base_tags)
         self.tagger = tagger
+        self.max_processes = max_processes
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
         self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
@@ -50,13 +51,13 @@ class Submitter:
         self.check.service_check(HEALTH_CHECK, _STATUS[health.status], tags=tags, message=health.message or None)
         found = {(device.index, None): tags}
         if not device.mig_instances:
-            self._processes(device.processes, device.processes_omitted, tags, (device.index, None), attribution)
+            self._processes(device.processes, tags, (device.index, None), attribution)
         for instance in device.mig_instances:
             key = (device.index, instance.uuid)
             instance_own = mig_tags(instance, device, own)
             instance_tags = self._held(instance_own, view.holders.get(key))
             self.metrics(instance.metrics, instance_tags)
-            self._processes(instance.processes, instance.processes_omitted, instance_tags, key, attribution)
+            self._processes(instance.processes, instance_tags, key, attribution)
             found[key] = instance_tags
         return found
 
@@ -73,10 +74,13 @@ class Submitter:
             submit = self.check.monotonic_count if metric.type == "monotonic_count" else self.check.gauge
             submit(name, value, tags=tags)
 
-    def _processes(self, processes: List[Process], omitted: int, tags: List[str], key, attribution) -> None:
-        if omitted:
-            self.check.gauge("processes.omitted", omitted, tags=tags)
-        for process in processes:
+    def _processes(self, processes: List[Process], tags: List[str], key, attribution) -> None:
+        """Per-process series for the processes using the most memory, up to max_processes (0: all)."""
+        kept = sorted(processes, key=lambda p: p.used_memory or 0, reverse=True)
+        if self.max_processes:
+            kept = kept[: self.max_processes]
+            self.check.gauge("processes.omitted", len(processes) - len(kept), tags=tags)
+        for process in kept:
             holder = attribution.process_holders.get((key, process.pid))
             values = {name: getattr(process, field) for name, field in PROCESS_METRICS.items()}
             self.metrics(
