@@ -67,13 +67,14 @@ DEGRADED = [
     ("stopped", AgentCheck.WARNING, "cannot connect to the kubelet"),
     ("unauthorized", AgentCheck.CRITICAL, "(HTTP 401)"),
     ("garbage", AgentCheck.CRITICAL, "did not send a valid pod list"),
+    ("slow", AgentCheck.WARNING, "did not answer"),
 ]
 
 
 @pytest.mark.parametrize("how, status, reason", DEGRADED)
 def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, reason):
     caplog.set_level(logging.INFO)
-    dgx = node("dgx-h100", pod_cache_ttl=LONG_TTL)
+    dgx = node("dgx-h100", pod_cache_ttl=LONG_TTL, kubelet_timeout=0.3)
     degrade(dgx.check.simulated_node.kubelet, how)
     for _ in range(RUNS):
         dgx.run()
@@ -102,7 +103,7 @@ def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, rea
 
 @pytest.mark.parametrize("how, status, reason", DEGRADED)
 def test_a_failing_kubelet_is_asked_once_per_ttl(node, how, status, reason):
-    dgx = node("dgx-h100", pod_cache_ttl=LONG_TTL)
+    dgx = node("dgx-h100", pod_cache_ttl=LONG_TTL, kubelet_timeout=0.3)
     server = dgx.check.simulated_node.kubelet
     degrade(server, how)
     dgx.run(RUNS)

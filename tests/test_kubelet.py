@@ -200,6 +200,7 @@ def test_settings_default_to_the_service_account(datadog_agent, monkeypatch):
         "ca_path": DEFAULT_CA_PATH,
         "tls_verify": True,
         "ttl": 30.0,
+        "timeout": 5.0,
     }
     monkeypatch.setenv("DD_KUBERNETES_KUBELET_HOST", "10.0.0.7")
     assert kubelet_settings({})["url"] == "https://10.0.0.7:10250/pods"
@@ -221,6 +222,7 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
         "ca_path": "/agent/ca.crt",
         "tls_verify": False,
         "ttl": 30.0,
+        "timeout": 5.0,
     }
     instance = {
         "kubelet_url": "https://node-a:10250",
@@ -228,6 +230,7 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
         "kubelet_ca_path": "/mine/ca.crt",
         "kubelet_tls_verify": True,
         "pod_cache_ttl": 5,
+        "kubelet_timeout": 2,
     }
     assert kubelet_settings(instance) == {
         "url": "https://node-a:10250/pods",
@@ -235,6 +238,7 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
         "ca_path": "/mine/ca.crt",
         "tls_verify": True,
         "ttl": 5.0,
+        "timeout": 2.0,
     }
 
 

@@ -32,6 +32,7 @@ DEFAULT_CA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 10250
 DEFAULT_TTL = 30.0
+DEFAULT_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class KubeletClient:
         ca_path: Optional[str],
         tls_verify: bool = True,
         ttl: float = DEFAULT_TTL,
-        timeout: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT,
     ):
         self.url = url
         self.token_path = token_path
@@ -277,7 +278,8 @@ def kubelet_settings(instance: Mapping[str, Any]) -> Dict[str, Any]:
         or DEFAULT_TOKEN_PATH,
         "ca_path": _instance_path(instance, "kubelet_ca_path") or _agent_config("kubelet_client_ca") or DEFAULT_CA_PATH,
         "tls_verify": tls_verify,
-        "ttl": _instance_ttl(instance),
+        "ttl": _instance_seconds(instance, "pod_cache_ttl", DEFAULT_TTL),
+        "timeout": _instance_seconds(instance, "kubelet_timeout", DEFAULT_TIMEOUT),
     }
 
 
@@ -320,8 +322,8 @@ def _instance_bool(instance: Mapping[str, Any], name: str) -> Optional[bool]:
     return value
 
 
-def _instance_ttl(instance: Mapping[str, Any]) -> float:
-    value = instance.get("pod_cache_ttl", DEFAULT_TTL)
+def _instance_seconds(instance: Mapping[str, Any], name: str, default: float) -> float:
+    value = instance.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(f"`pod_cache_ttl` must be a number of seconds >= 0; got {value!r}")
+        raise ConfigurationError(f"`{name}` must be a number of seconds >= 0; got {value!r}")
     return float(value)
