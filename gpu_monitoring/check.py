@@ -13,7 +13,7 @@ from .collectors.allocations import AllocationReader
 from .config import InstanceConfig, parse
 from .kube.kubelet import KubeletClient, KubeletError, PodInfo
 from .nvml import NvmlError, NvmlSession
-from .simulator.kubernetes import SimulatedKubernetes
+from .simulator.node import SimulatedNode
 from .snapshot import Device, Snapshot
 from .submission import Submitter
 
@@ -27,7 +27,7 @@ class GpuMonitoringCheck(AgentCheck):
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
         self.simulation: Optional[simulator.SimulatedNvml] = None
-        self.simulated_node: Optional[SimulatedKubernetes] = None
+        self.simulated_node: Optional[SimulatedNode] = None
         self.config = self._configure(self.instance or {})
         self.kubelet: Optional[KubeletClient] = None
         allocations = None
@@ -59,7 +59,7 @@ class GpuMonitoringCheck(AgentCheck):
         if not config.simulate:
             return config
         self.simulation = simulator.SimulatedNvml(_scenario(config.simulate))
-        self.simulated_node = SimulatedKubernetes(self.simulation)
+        self.simulated_node = SimulatedNode(self.simulation)
         standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
         return parse(dict(standing_in, **instance))
 

@@ -16,28 +16,18 @@ def pod_tags(tags):
 
 def workloads(node, metric):
     """{(gpu index, pod name): value} of a workload metric on whole GPUs (MIG instances left out)."""
-    out = {}
-    for stub in node.series(metric):
-        tags = tag_dict(stub.tags)
-        if "gpu_instance_id" in tags:
-            continue
-        key = (int(tags["gpu_index"]), tags.get("pod_name"))
-        assert key not in out, f"{metric} submitted twice for {key}"
-        out[key] = stub.value
-    return out
+    return node.keyed(
+        metric, lambda t: None if "gpu_instance_id" in t else (int(t["gpu_index"]), t.get("pod_name"))
+    )
 
 
 def instance_workloads(node, metric):
     """{(gpu index, gpu instance id, pod name): value} of a workload metric on MIG instances."""
-    out = {}
-    for stub in node.series(metric):
-        tags = tag_dict(stub.tags)
-        if "gpu_instance_id" not in tags:
-            continue
-        key = (int(tags["gpu_index"]), int(tags["gpu_instance_id"]), tags.get("pod_name"))
-        assert key not in out, f"{metric} submitted twice for {key}"
-        out[key] = stub.value
-    return out
+    return node.keyed(
+        metric,
+        lambda t: (int(t["gpu_index"]), int(t["gpu_instance_id"]), t.get("pod_name")) if "gpu_instance_id" in t
+        else None,
+    )
 
 
 def processes(node, metric):

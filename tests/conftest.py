@@ -78,25 +78,28 @@ class SimulatedNode:
     def series(metric):
         return _aggregator.metrics(NAMESPACE + metric)
 
-    def values(self, metric):
-        """{gpu index: value} of a physical GPU's series (MIG instance series left out)."""
+    def keyed(self, metric, key, unique=True):
+        """{key(tags): value} of a metric's series; a series whose key is None is left out."""
         out = {}
         for stub in self.series(metric):
-            tags = tag_dict(stub.tags)
-            if "gpu_instance_id" not in tags:
-                index = int(tags["gpu_index"])
-                assert index not in out, f"{metric} submitted twice for GPU {index}"
-                out[index] = stub.value
+            found = key(tag_dict(stub.tags))
+            if found is None:
+                continue
+            assert not unique or found not in out, f"{metric} submitted twice for {found}"
+            out[found] = stub.value
         return out
+
+    def values(self, metric):
+        """{gpu index: value} of a physical GPU's series (MIG instance series left out)."""
+        return self.keyed(metric, lambda t: None if "gpu_instance_id" in t else int(t["gpu_index"]))
 
     def instance_values(self, metric):
         """{(gpu index, gpu instance id): value} of MIG instance series."""
-        out = {}
-        for stub in self.series(metric):
-            tags = tag_dict(stub.tags)
-            if "gpu_instance_id" in tags:
-                out[(int(tags["gpu_index"]), int(tags["gpu_instance_id"]))] = stub.value
-        return out
+        return self.keyed(
+            metric,
+            lambda t: (int(t["gpu_index"]), int(t["gpu_instance_id"])) if "gpu_instance_id" in t else None,
+            unique=False,
+        )
 
     @staticmethod
     def health():

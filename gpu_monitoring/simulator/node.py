@@ -1,4 +1,5 @@
-"""A scenario's Kubernetes side: a kubelet, a pod-resources socket and a proc root, all real.
+"""The rest of a simulated node: its proc root and, for a scenario with pods, a real kubelet and
+pod-resources socket.
 
 A scenario's `kubernetes.pods` lists pods, their containers, the devices each container was
 given and the GPU processes it runs:
@@ -37,7 +38,7 @@ from .proc_root import build_proc_root
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 
 
-class SimulatedKubernetes:
+class SimulatedNode:
     def __init__(self, nvml: SimulatedNvml):
         self.nvml = nvml
         self.pods = [_pod(p) for p in nvml.scenario.extra.get("kubernetes", {}).get("pods", [])]
