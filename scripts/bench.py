@@ -33,7 +33,7 @@ def measure(simulate: str, runs: int = RUNS, **options) -> dict:
     check.run()  # the first run learns capabilities and takes the first GPM samples
     sim.calls.clear()
     sim.cpu_seconds = 0.0
-    node = check.simulated_node
+    node = check.simulated_node if check.simulated_node and check.simulated_node.kubelet else None
     served = (node.kubelet.requests, node.pod_resources.requests) if node else (0, 0)
     cpu = 0.0
     series = 0
