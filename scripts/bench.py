@@ -34,7 +34,6 @@ def measure(simulate: str, runs: int = RUNS, **options) -> dict:
     sim.calls.clear()
     sim.cpu_seconds = 0.0
     node = check.simulated_node if check.simulated_node and check.simulated_node.kubelet else None
-    served = (node.kubelet.requests, node.pod_resources.requests) if node else (0, 0)
     cpu = 0.0
     series = 0
     for _ in range(runs):
@@ -53,8 +52,10 @@ def measure(simulate: str, runs: int = RUNS, **options) -> dict:
         "cpu_ms": cpu / runs * 1000,
         "driver_ms": sim.cpu_seconds / runs * 1000,
         "series": series,
-        "kubelet_per_run": (node.kubelet.requests - served[0]) / runs if node else 0,
-        "pod_resources_per_run": (node.pod_resources.requests - served[1]) / runs if node else 0,
+        # Over every run, the warm-up one included.
+        "kubelet_requests": node.kubelet.requests if node else 0,
+        "pod_resources_requests": node.pod_resources.requests if node else 0,
+        "runs": runs + 1,
     }
     check.cancel()
     return figures
@@ -93,6 +94,11 @@ def crowded_scenario(directory: Path, gpus: int = 8, processes: int = 64, pods: 
     return str(path)
 
 
+def requests(figures: dict) -> str:
+    return (f"kubelet requests: {figures['kubelet_requests']} over {figures['runs']} runs;"
+            f" pod-resources requests: {figures['pod_resources_requests']} over {figures['runs']} runs")
+
+
 def main() -> int:
     result = measure("dgx-h100")
     print(f"dgx-h100: {result['gpus']} GPUs, 6 pods, {RUNS} runs after a warm-up run, {INTERVAL} s apart (simulated)")
@@ -102,8 +108,7 @@ def main() -> int:
     print(f"  CPU per run: {result['cpu_ms']:.1f} ms (of which the simulated driver {result['driver_ms']:.1f} ms;"
           f" the check itself {result['cpu_ms'] - result['driver_ms']:.1f} ms)")
     print(f"  series per run: {result['series']}")
-    print(f"  kubelet requests per run: {result['kubelet_per_run']:.2f} (pod_cache_ttl 30 s);"
-          f" pod-resources requests per run: {result['pod_resources_per_run']:.2f}")
+    print(f"  {requests(result)} (pod_cache_ttl 30 s)")
     with tempfile.TemporaryDirectory() as tmp:
         print("scaling (H100 nodes of N GPUs, no Kubernetes): GPUs, CPU ms per run, check-only ms per run, series")
         for gpus in (1, 2, 4, 8, 16):
@@ -114,9 +119,7 @@ def main() -> int:
         for ttl in (30, 0):
             r = measure(crowded, runs=10, pod_cache_ttl=ttl)
             print(f"  pod_cache_ttl {ttl:2d} s: CPU per run {r['cpu_ms']:.1f} ms (check itself"
-                  f" {r['cpu_ms'] - r['driver_ms']:.1f} ms); series per run {r['series']};"
-                  f" kubelet requests per run {r['kubelet_per_run']:.2f};"
-                  f" pod-resources requests per run {r['pod_resources_per_run']:.2f}")
+                  f" {r['cpu_ms'] - r['driver_ms']:.1f} ms); series per run {r['series']}; {requests(r)}")
         print("  (runs here follow each other at once: with a TTL of 30 s and runs 15 s apart, one kubelet")
         print("   request serves two runs; with TTL 0 every run asks the kubelet)")
     return 0
