@@ -123,7 +123,8 @@ def _report(aggregator, previous: Dict[Tuple, float]) -> Dict[str, list]:
 
 
 def _short_tags(tags: List[str]) -> str:
-    keep = ("gpu_index:", "gpu_instance_id:", "mig_profile:", "xid:", "gpu_model:")
+    keep = ("gpu_index:", "gpu_instance_id:", "mig_profile:", "gpu_slicing_mode:", "xid:", "kube_namespace:",
+            "pod_name:", "pid:", "process_name:")
     return ",".join(t for t in tags if t.startswith(keep))
 
 
