@@ -13,12 +13,16 @@ from .collectors.allocations import AllocationReader
 from .config import InstanceConfig, parse
 from .kube.kubelet import KubeletClient, KubeletError, PodInfo
 from .nvml import NvmlError, NvmlSession
+from .sidecar.client import SidecarClient, SidecarUnavailable
 from .simulator.node import SimulatedNode
 from .snapshot import Device, Snapshot
+from .sources import LocalSource, SidecarSource
 from .submission import Submitter
 
 CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
+SIDECAR_CAN_CONNECT = "sidecar.can_connect"
+CURSOR = "sidecar_event_cursor"
 
 
 class GpuMonitoringCheck(AgentCheck):
@@ -29,18 +33,8 @@ class GpuMonitoringCheck(AgentCheck):
         self.simulation: Optional[simulator.SimulatedNvml] = None
         self.simulated_node: Optional[SimulatedNode] = None
         self.config = self._configure(self.instance or {})
-        self.kubelet: Optional[KubeletClient] = None
-        allocations = None
-        if self._on_kubernetes():
-            self.kubelet = KubeletClient(**self.config.kubelet)
-            allocations = AllocationReader(self.config.pod_resources_socket, self.config.gpu_resource_names)
-        library = self.simulation.library if self.simulation else self.config.nvml_library_path
-        self.collector = NodeCollector(
-            NvmlSession(library),
-            disabled=self.config.disabled_collectors,
-            proc_root=self.config.proc_root,
-            allocations=allocations,
-        )
+        self.kubelet = KubeletClient(**self.config.kubelet) if self._on_kubernetes() else None
+        self.source = self._source()
         self.settings = Settings(
             effective_threshold=self.config.effective_threshold,
             hourly_price=self.config.hourly_price,
@@ -51,6 +45,7 @@ class GpuMonitoringCheck(AgentCheck):
         self._unavailable: Optional[str] = None
         self._kubernetes_state: Optional[tuple] = None
         self._told: set = set()
+        self._sidecar_problem: Optional[str] = None
 
     def _configure(self, instance: dict) -> InstanceConfig:
         """The options; with `simulate`, a simulated NVML, a proc root and, if the scenario has
@@ -62,6 +57,24 @@ class GpuMonitoringCheck(AgentCheck):
         self.simulated_node = SimulatedNode(self.simulation)
         standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
         return parse(dict(standing_in, **instance))
+
+    def _source(self):
+        if self.config.source == "sidecar":
+            client = SidecarClient(self.config.sidecar_socket)
+            return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
+        allocations = None
+        if self.kubelet is not None:
+            allocations = AllocationReader(self.config.pod_resources_socket, self.config.gpu_resource_names)
+        library = self.simulation.library if self.simulation else self.config.nvml_library_path
+        return LocalSource(NodeCollector(
+            NvmlSession(library),
+            disabled=self.config.disabled_collectors,
+            proc_root=self.config.proc_root,
+            allocations=allocations,
+        ))
+
+    def _save_cursor(self, value: str) -> None:
+        self.write_persistent_cache(CURSOR, value)
 
     def _on_kubernetes(self) -> bool:
         if self.config.kubernetes != "auto":
@@ -76,28 +89,49 @@ class GpuMonitoringCheck(AgentCheck):
         attribution = attribute(snapshot, self._pods(snapshot), self.settings)
         healths = {device.index: self._health(device, snapshot) for device in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution)
+        self.source.submitted()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
 
     def cancel(self) -> None:
-        self.collector.close()
+        self.source.close()
         if self.simulated_node is not None:
             self.simulated_node.stop()
 
     # --- NVML -------------------------------------------------------------------------
 
     def _read_node(self) -> Optional[Snapshot]:
+        if self.config.source == "sidecar" and self.config.ignore_missing_sidecar:
+            if not os.path.exists(self.config.sidecar_socket):
+                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.config.sidecar_socket)
+                return None
         try:
-            snapshot = self.collector.collect()
+            snapshot = self.source.read()
+        except SidecarUnavailable as e:
+            self._sidecar_state(AgentCheck.CRITICAL, str(e))
+            return None
         except NvmlError as e:
             # The library is missing, or NVML failed as a whole (not one GPU): nothing to read this run.
+            self._sidecar_state(AgentCheck.OK, None)
             self._nvml_unavailable(str(e))
             return None
+        self._sidecar_state(AgentCheck.OK, None)
         if self._unavailable:
             self.log.info("NVML is available again")
             self._unavailable = None
         self.service_check(CAN_CONNECT, AgentCheck.OK, tags=self.config.tags)
         return snapshot
+
+    def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
+        if self.config.source != "sidecar":
+            return
+        if reason != self._sidecar_problem:
+            if reason:
+                self.log.warning("Cannot read the sidecar: %s", reason)
+            else:
+                self.log.info("The sidecar answers again")
+            self._sidecar_problem = reason
+        self.service_check(SIDECAR_CAN_CONNECT, status, tags=self.config.tags, message=reason)
 
     def _nvml_unavailable(self, reason: str) -> None:
         # One log line when NVML goes away or the reason changes, not one per run.

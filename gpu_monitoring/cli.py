@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from .sidecar import command as sidecar_command
+
 STATUS_NAMES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
 DEFAULT_INTERVAL = 15
 
@@ -23,9 +25,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     check.add_argument("--json", action="store_true", help="print the last run as JSON")
     metadata = commands.add_parser("metadata", help="print metadata.csv as generated from the metric spec")
     metadata.add_argument("--write", metavar="PATH", help="write it to PATH instead of standard output")
+    sidecar_command.add_parsers(commands)
     args = parser.parse_args(argv)
     if args.command == "metadata":
         return write_metadata(args.write)
+    if args.command == "sidecar":
+        return sidecar_command.run_sidecar(args)
+    if args.command == "healthz":
+        return sidecar_command.run_healthz(args)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     return run_check(args)

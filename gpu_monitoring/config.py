@@ -8,14 +8,17 @@ from datadog_checks.base import ConfigurationError
 
 from .collectors import COLLECTOR_NAMES
 from .kube.kubelet import kubelet_settings
+from .sidecar.protocol import DEFAULT_SOCKET
 
-SOURCES = ("local",)
+SOURCES = ("local", "sidecar")
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 @dataclass(frozen=True)
 class InstanceConfig:
     source: str = "local"
+    sidecar_socket: str = DEFAULT_SOCKET
+    ignore_missing_sidecar: bool = False
     nvml_library_path: Optional[str] = None
     simulate: Optional[str] = None
     collect_processes: bool = True
@@ -40,8 +43,15 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
     if source not in SOURCES:
         raise ConfigurationError(f"`source` must be one of {', '.join(SOURCES)}; got {source!r}")
     options["source"] = source
+    options["sidecar_socket"] = _text(instance, "sidecar_socket", DEFAULT_SOCKET)
+    options["ignore_missing_sidecar"] = _bool(instance, "ignore_missing_sidecar", False)
     for name in ("nvml_library_path", "simulate"):
         options[name] = _text(instance, name, None)
+    if source == "sidecar" and (options["simulate"] or options["nvml_library_path"]):
+        raise ConfigurationError(
+            "`simulate` and `nvml_library_path` belong to the sidecar when `source` is sidecar: "
+            "give them to `gpu-monitoring sidecar` instead"
+        )
     options["collect_processes"] = _bool(instance, "collect_processes", True)
     options["disabled_collectors"] = _names(instance, "disabled_collectors", COLLECTOR_NAMES)
     options["xid_ignore"] = _ints(instance, "xid_ignore")

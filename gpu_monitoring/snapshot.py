@@ -102,11 +102,18 @@ class Snapshot:
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def from_json(cls, text: str) -> "Snapshot":
-        raw = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, raw: Dict[str, Any]) -> "Snapshot":
+        """The snapshot a JSON object describes; ValueError (or KeyError/TypeError) when it does not."""
         if raw.get("version") != SCHEMA_VERSION:
             raise ValueError(f"snapshot version {raw.get('version')!r}, expected {SCHEMA_VERSION}")
         return cls(

@@ -53,7 +53,7 @@ def test_no_new_process_samples_on_an_idle_gpu_is_no_error(node, caplog):
     # NOT_FOUND on the idle GPUs means "no samples since last time", not "unsupported": they are asked
     # again every run. pynvml asks the 6 busy GPUs twice (the sample count, then the samples), the 2 idle once.
     assert per_run == [6 * 2 + 2] * 3
-    snapshot = dgx.check.collector.collect()
+    snapshot = dgx.check.source.read()
     for index in IDLE_GPUS:
         assert "nvmlDeviceGetProcessUtilization" not in snapshot.devices[index].unsupported
         assert dgx.values("processes.count")[index] == 0
@@ -66,7 +66,7 @@ def test_no_new_process_samples_on_an_idle_gpu_is_no_error(node, caplog):
 
 def test_snapshot_round_trip_keeps_allocations_and_process_owners(node):
     dgx = node("dgx-h100").run()
-    snapshot = dgx.check.collector.collect()
+    snapshot = dgx.check.source.read()
     text = snapshot.to_json()
     back = Snapshot.from_json(text)
     assert back == snapshot
@@ -96,7 +96,7 @@ def test_snapshot_round_trip_keeps_allocations_and_process_owners(node):
 def test_snapshot_round_trip_keeps_a_pod_resources_failure(node):
     dgx = node("dgx-h100").run()
     dgx.check.simulated_node.pod_resources.stop()
-    back = Snapshot.from_json(dgx.check.collector.collect().to_json())
+    back = Snapshot.from_json(dgx.check.source.read().to_json())
     assert back.allocations.source == "error"
     assert "does not exist" in back.allocations.error
     assert back.allocations.items == []

@@ -42,13 +42,15 @@ class NodeCollector:
         proc_root: Optional[str] = "/proc",
         allocations: Optional[AllocationReader] = None,
         lost_restart_interval: float = 300.0,
+        watch_events: bool = True,
     ):
         self.session = session
         self.disabled = set(disabled)
         self.proc_root = proc_root
         self.allocations = allocations
         self.lost_restart_interval = lost_restart_interval
-        self.events = EventWatcher()
+        # The sidecar waits on NVML events in a thread of its own; one run of the check drains them here.
+        self.events = EventWatcher() if watch_events else None
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
         self._build_collectors()
@@ -77,7 +79,7 @@ class NodeCollector:
             self.session.start()
         pending = []
         if self._lost_gpu_restart_due():
-            pending = self.events.drain()
+            pending = self._drain()
             log.info("a GPU is still lost; restarting NVML to look for it again")
             self.restart()
         try:
@@ -89,6 +91,9 @@ class NodeCollector:
         lost = any(device.lost for device in result.devices)
         self._lost_since = (self._lost_since or time.monotonic()) if lost else None
         return result
+
+    def _drain(self) -> List[RawEvent]:
+        return self.events.drain() if self.events is not None else []
 
     def _lost_gpu_restart_due(self) -> bool:
         if self._lost_since is None or time.monotonic() - self._lost_since < self.lost_restart_interval:
@@ -103,13 +108,15 @@ class NodeCollector:
     def close(self) -> None:
         for collector in self.collectors:
             collector.forget()
-        self.events.close()
+        if self.events is not None:
+            self.events.close()
         self.session.stop()
 
     def _collect(self, pending: List[RawEvent]) -> snapshot.Snapshot:
-        raw_events = pending + self.events.drain()
+        raw_events = pending + self._drain()
         devices = [self._device(device) for device in self.session.devices]
-        self.events.register([d for d in self.session.devices if d.handle is not None])
+        if self.events is not None:
+            self.events.register([d for d in self.session.devices if d.handle is not None])
         uuids = {d.index: d.uuid for d in devices}
         return snapshot.Snapshot(
             allocations=self.allocations.read() if self.allocations else snapshot.Allocations(),

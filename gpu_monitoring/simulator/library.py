@@ -76,7 +76,8 @@ class SimulatedNvml:
         self.init_count = 0
         self.event_sets: Dict[int, EventSet] = {}
         self.gpm_samples: Dict[int, Optional[Tuple[Target, float]]] = {}
-        self._next_fault = 0
+        # Faults before the clock's start happened before this node (re)started: no events replay them.
+        self._next_fault = sum(1 for fault in scenario.faults if fault.at < self.clock.now())
         self._lock = threading.RLock()
         self._events_ready = threading.Condition(self._lock)
         self._ids = 0

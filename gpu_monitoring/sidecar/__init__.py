@@ -1,0 +1,1 @@
+"""The node sidecar: owns NVML, journals its events and serves them over a unix socket."""

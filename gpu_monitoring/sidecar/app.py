@@ -1,0 +1,102 @@
+"""The sidecar: owns NVML on a GPU node and serves snapshots and the event journal on a unix socket."""
+
+import logging
+import os
+import signal
+import threading
+from typing import Any, Dict, Optional
+
+from .. import __version__
+from ..collectors import NodeCollector
+from ..collectors.allocations import AllocationReader
+from ..nvml import NvmlError, NvmlSession
+from . import protocol
+from .journal import Journal
+from .pump import EventPump
+from .server import ApiError, Response, UnixHttpServer, integer
+
+log = logging.getLogger(__name__)
+
+
+class Sidecar:
+    def __init__(
+        self,
+        socket_path: str = protocol.DEFAULT_SOCKET,
+        journal_dir: str = protocol.DEFAULT_JOURNAL,
+        library: Any = None,
+        proc_root: Optional[str] = "/proc",
+        pod_resources_socket: Optional[str] = None,
+    ):
+        self.socket_path = socket_path
+        self.session = NvmlSession(library)
+        self.session_lock = threading.Lock()
+        allocations = AllocationReader(pod_resources_socket) if pod_resources_socket else None
+        self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
+        self.journal = Journal(journal_dir)
+        self.pump = EventPump(self.session, self.journal, self.session_lock)
+        self.snapshots_served = 0
+        self.server = UnixHttpServer(socket_path, {
+            protocol.SNAPSHOT_PATH: self.snapshot,
+            protocol.EVENTS_PATH: self.events,
+            protocol.HEALTH_PATH: self.health,
+        })
+
+    # --- the API ------------------------------------------------------------------------
+
+    def snapshot(self, params: Dict[str, str]) -> Response:
+        _no_params(params, ())
+        with self.session_lock:
+            try:
+                taken = self.collector.collect()
+            except NvmlError as e:
+                raise ApiError(503, f"NVML cannot be read: {e}") from e
+            self.snapshots_served += 1
+        return 200, {"snapshot": taken.to_dict()}
+
+    def events(self, params: Dict[str, str]) -> Response:
+        _no_params(params, ("after", "limit"))
+        after = integer(params, "after", 0, 0, 2**63 - 1)
+        limit = integer(params, "limit", protocol.DEFAULT_EVENTS_LIMIT, 1, protocol.MAX_EVENTS_LIMIT)
+        page = self.journal.read(after, limit)
+        return 200, {"events": page.records, "last_seq": page.last_seq, "first_seq": page.first_seq, "lost": page.lost}
+
+    def health(self, params: Dict[str, str]) -> Response:
+        _no_params(params, ())
+        return 200, {
+            "status": "ok",
+            "version": __version__,
+            "events": "ok" if self.pump.problem is None else self.pump.problem,
+            "last_seq": self.journal.last_seq,
+            "snapshots_served": self.snapshots_served,
+        }
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: threading.Thread(target=self.server.shutdown, daemon=True).start())
+        self.pump.start()
+        log.info("gpu-monitoring sidecar %s serving on %s", __version__, self.socket_path)
+        try:
+            self.server.serve_forever(poll_interval=0.5)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.pump.stop()
+        if self.pump.is_alive():
+            self.pump.join(timeout=5)
+        self.server.server_close()
+        with self.session_lock:
+            self.collector.close()
+        self.journal.close()
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        log.info("gpu-monitoring sidecar stopped")
+
+
+def _no_params(params: Dict[str, str], allowed) -> None:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r}" + (f"; known: {', '.join(allowed)}" if allowed else ""))

@@ -1,0 +1,70 @@
+"""`gpu-monitoring sidecar` and `gpu-monitoring healthz`."""
+
+import argparse
+import logging
+import os
+import sys
+from typing import Optional
+
+from . import protocol
+
+DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def add_parsers(commands) -> None:
+    sidecar = commands.add_parser("sidecar", help="serve NVML snapshots and events on a unix socket (one per node)")
+    sidecar.add_argument("--socket", default=protocol.DEFAULT_SOCKET, help="unix socket to serve (mode 0660)")
+    sidecar.add_argument("--journal", default=protocol.DEFAULT_JOURNAL, help="directory of the event journal")
+    sidecar.add_argument("--proc-root", default="/proc", help="where process names and cgroups are read")
+    sidecar.add_argument("--pod-resources-socket", default=DEFAULT_POD_RESOURCES,
+                         help="the kubelet's pod-resources socket (used when it exists)")
+    sidecar.add_argument("--nvml-library-path", help="load this libnvidia-ml instead of the system one")
+    sidecar.add_argument("--simulate", metavar="SCENARIO", help="serve a simulated node (name or YAML path)")
+    sidecar.add_argument("--speed", type=float, default=1.0,
+                         help="with --simulate: simulated seconds per real second (default 1)")
+    sidecar.add_argument("--start-at", type=float, default=0.0,
+                         help="with --simulate: scenario time to start at, as after a restart (default 0)")
+    sidecar.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    healthz = commands.add_parser("healthz", help="exit 0 when the sidecar on the socket is healthy, 1 otherwise")
+    healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
+
+
+def run_sidecar(args: argparse.Namespace) -> int:
+    from ..simulator import ScenarioError, SimClock, SimulatedNvml, load
+    from ..simulator.node import SimulatedNode
+    from .app import Sidecar
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    library, proc_root, pod_resources, node = args.nvml_library_path, args.proc_root, args.pod_resources_socket, None
+    if args.simulate:
+        try:
+            simulation = SimulatedNvml(load(args.simulate), SimClock(speed=args.speed, start=args.start_at))
+        except ScenarioError as e:
+            sys.stderr.write(f"gpu-monitoring sidecar: {e}\n")
+            return 2
+        node = SimulatedNode(simulation)
+        options = node.start()
+        library, proc_root = simulation.library, options["proc_root"]
+        pod_resources = options.get("pod_resources_socket")
+    try:
+        Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources)).serve()
+    finally:
+        if node is not None:
+            node.stop()
+    return 0
+
+
+def _existing(path: Optional[str]) -> Optional[str]:
+    return path if path and os.path.exists(path) else None
+
+
+def run_healthz(args: argparse.Namespace) -> int:
+    from .client import SidecarClient, SidecarUnavailable
+
+    try:
+        body = SidecarClient(args.socket, timeout=5).get(protocol.HEALTH_PATH)
+    except SidecarUnavailable as e:
+        sys.stderr.write(f"unhealthy: {e}\n")
+        return 1
+    print(f"{body.get('status')}: events {body.get('events')}, last_seq {body.get('last_seq')}")
+    return 0 if body.get("status") == "ok" else 1

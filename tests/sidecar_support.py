@@ -1,0 +1,70 @@
+"""Running the sidecar as a real subprocess for tests, and talking to it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
+
+STARTUP_SECONDS = 30
+
+
+class SidecarProcess:
+    """`gpu-monitoring sidecar --simulate ...` in a child process, on a socket and journal in tmp_path."""
+
+    def __init__(self, directory: Path, scenario: str, *extra: str):
+        self.socket = str(directory / "run" / "sidecar.sock")
+        self.journal = str(directory / "journal")
+        self.log = directory / "sidecar.log"
+        self.args = [sys.executable, "-m", "gpu_monitoring.cli", "sidecar", "--simulate", scenario,
+                     "--socket", self.socket, "--journal", self.journal, *extra]
+        self.process = None
+
+    def start(self) -> "SidecarProcess":
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, STARTUP_SECONDS, f"sidecar did not come up; log:\n{self.log_text()}")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.process.poll() is None, f"sidecar exited {self.process.returncode}; log:\n{self.log_text()}"
+        try:
+            return self.client().get("/healthz")["status"] == "ok"
+        except SidecarUnavailable:
+            return False
+
+    def client(self) -> SidecarClient:
+        return SidecarClient(self.socket, timeout=10)
+
+    def stop(self) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"sidecar ignored SIGTERM; log:\n{self.log_text()}") from None
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def journal_last_seq(self) -> int:
+        return self.client().events(0, 1).journal_last_seq
+
+
+def wait_until(condition, seconds: float, message: str) -> None:
+    """Poll `condition` until it holds, for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+def socket_mode(path: str) -> int:
+    return os.stat(path).st_mode & 0o777
