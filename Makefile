@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench metadata clean
+.PHONY: demo test lint bench bench-sidecar metadata clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+
+# The sidecar's snapshot latency and memory over 10,000 snapshots, and the journal's throughput (minutes).
+bench-sidecar: $(STAMP)
+	$(BIN)/python scripts/sidecar_bench.py
+	$(BIN)/python scripts/journal_bench.py
 
 metadata: $(STAMP)
 	$(BIN)/gpu-monitoring metadata --write metadata.csv

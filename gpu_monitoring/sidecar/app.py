@@ -4,6 +4,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any, Dict, Optional
 
 from .. import __version__
@@ -11,7 +12,7 @@ from ..collectors import NodeCollector
 from ..collectors.allocations import AllocationReader
 from ..nvml import NvmlError, NvmlSession
 from . import protocol
-from .journal import Journal
+from .journal import Journal, JournalLockedError
 from .pump import EventPump
 from .server import ApiError, Response, UnixHttpServer, integer
 
@@ -32,7 +33,7 @@ class Sidecar:
         self.session_lock = threading.Lock()
         allocations = AllocationReader(pod_resources_socket) if pod_resources_socket else None
         self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
-        self.journal = Journal(journal_dir)
+        self.journal = _open_journal(journal_dir)
         self.pump = EventPump(self.session, self.journal, self.session_lock)
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
@@ -94,6 +95,20 @@ class Sidecar:
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
         log.info("gpu-monitoring sidecar stopped")
+
+
+def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
+    """The journal has one writer: a sidecar still shutting down (a restart, a rolling update)
+    holds it for a moment, so wait for it rather than fail."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return Journal(directory)
+        except JournalLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("journal %s is still held by another sidecar; waiting", directory)
+            time.sleep(1)
 
 
 def _no_params(params: Dict[str, str], allowed) -> None:

@@ -47,6 +47,8 @@ class JournalLockedError(RuntimeError):
 
 @dataclass
 class JournalPage:
+    """Records after a cursor (each with its "seq"); first_seq is 0 when no record is on disk."""
+
     records: List[dict]
     last_seq: int
     first_seq: int
@@ -286,6 +288,8 @@ class Journal:
             # Stop at the size known to hold whole, fsync'd lines, not at the end of the file.
             while offset < segment.size and len(records) < limit:
                 line = f.readline(segment.size - offset)
+                if not line:  # shorter than it was: truncated behind the journal's back
+                    break
                 record = _decode(line)
                 if record is None:
                     self._warn_corrupt(segment, offset)
