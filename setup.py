@@ -32,6 +32,10 @@ setup(
             "pytest>=8",
             "datadog-checks-dev>=35",
             "ruff>=0.6",
+            # tests/test_deploy.py: render the Helm chart (Helm's Go engine, no helm binary) and
+            # validate the manifests against the Kubernetes schemas.
+            'helm-python-sdk>=0.2.2; python_version >= "3.10"',
+            "kubernetes-validate>=1.30",
         ],
     },
     entry_points={"console_scripts": ["gpu-monitoring=gpu_monitoring.cli:main"]},
