@@ -1,0 +1,49 @@
+# gpu-monitoring node sidecar (`gpu-monitoring sidecar`), deployed by the
+# deploy/helm/gpu-monitoring-sidecar chart or run by hand with the NVIDIA container runtime.
+#
+# Build from the repository root (the build context must be the repository root):
+#
+#   docker build -f deploy/docker/sidecar.Dockerfile \
+#       -t registry.example.com/gpu-monitoring-sidecar:0.1.0 .
+#
+# Try it without a GPU:
+#
+#   docker run -d --name gpu-sidecar registry.example.com/gpu-monitoring-sidecar:0.1.0 --simulate dgx-h100
+#   docker exec gpu-sidecar gpu-monitoring healthz --socket /var/run/gpu-monitoring/sidecar.sock
+#
+# libnvidia-ml is not in the image: the NVIDIA container runtime mounts the host driver's copy.
+
+# --- builder: the wheel, from the sources only (no local venv or build output gets in) ---
+FROM python:3.12-slim AS builder
+WORKDIR /src
+COPY setup.py pyproject.toml README.md ./
+COPY gpu_monitoring ./gpu_monitoring
+RUN python -m pip wheel --no-cache-dir --no-deps -w /dist .
+
+# --- runtime ---
+FROM python:3.12-slim
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="gpu-monitoring-sidecar" \
+      org.opencontainers.image.description="Node sidecar for the gpu_monitoring Datadog Agent check: owns NVML, journals GPU events, serves snapshots on a unix socket" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="BSD-3-Clause"
+
+ENV PATH=/opt/gpu-monitoring/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    NVIDIA_DRIVER_CAPABILITIES=utility
+
+COPY --from=builder /dist/ /tmp/wheels/
+RUN set -eu; \
+    python -m venv /opt/gpu-monitoring; \
+    /opt/gpu-monitoring/bin/pip install --no-cache-dir /tmp/wheels/datadog_gpu_monitoring-*.whl; \
+    rm -rf /tmp/wheels; \
+    groupadd --system --gid 10001 gpu-monitoring; \
+    useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin gpu-monitoring; \
+    install -d -o 10001 -g 10001 -m 0755 /var/run/gpu-monitoring; \
+    install -d -o 10001 -g 10001 -m 0700 /var/lib/gpu-monitoring; \
+    gpu-monitoring sidecar --help >/dev/null
+
+USER 10001:10001
+ENTRYPOINT ["gpu-monitoring", "sidecar"]
