@@ -55,7 +55,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
 
 
 def _existing(path: Optional[str]) -> Optional[str]:
-    return path if path and os.path.exists(path) else None
+    """The pod-resources socket to read: in a pod always (a socket missing there is worth a
+    warning), elsewhere only where the kubelet serves one."""
+    if not path:
+        return None
+    return path if "KUBERNETES_SERVICE_HOST" in os.environ or os.path.exists(path) else None
 
 
 def run_healthz(args: argparse.Namespace) -> int:
