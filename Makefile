@@ -21,6 +21,7 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
 	scripts/protobuf_check.sh latest $(ATTRIBUTION_TESTS)
 	scripts/protobuf_check.sh 4.21.12 $(ATTRIBUTION_TESTS)
+	scripts/validate_assets.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_monitoring tests scripts setup.py
@@ -37,4 +38,4 @@ metadata: $(STAMP)
 	$(BIN)/gpu-monitoring metadata --write metadata.csv
 
 clean:
-	rm -rf $(VENV) .venv-protobuf-* build dist *.egg-info
+	rm -rf $(VENV) .venv-protobuf-* .venv-ddev build dist *.egg-info
