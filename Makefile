@@ -37,5 +37,9 @@ bench-sidecar: $(STAMP)
 metadata: $(STAMP)
 	$(BIN)/gpu-monitoring metadata --write metadata.csv
 
+# conf.yaml.example and gpu_monitoring/config_models/ from assets/configuration/spec.yaml.
+config: $(STAMP)
+	$(BIN)/python scripts/generate_config.py
+
 clean:
 	rm -rf $(VENV) .venv-protobuf-* .venv-ddev build dist *.egg-info

@@ -11,6 +11,7 @@ from .attribution import Attribution, Settings, attribute
 from .collectors import NodeCollector
 from .collectors.allocations import AllocationReader
 from .config import InstanceConfig, parse
+from .config_models import ConfigMixin
 from .kube.kubelet import KubeletClient, KubeletError, PodInfo
 from .nvml import NvmlError, NvmlSession
 from .sidecar.client import SidecarClient, SidecarUnavailable
@@ -25,27 +26,36 @@ SIDECAR_CAN_CONNECT = "sidecar.can_connect"
 CURSOR = "sidecar_event_cursor"
 
 
-class GpuMonitoringCheck(AgentCheck):
+class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     __NAMESPACE__ = "gpu_monitoring"
 
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
         self.simulation: Optional[simulator.SimulatedNvml] = None
         self.simulated_node: Optional[SimulatedNode] = None
-        self.config = self._configure(self.instance or {})
-        self.kubelet = KubeletClient(**self.config.kubelet) if self._on_kubernetes() else None
+        self.instance = self.instance or {}
+        # The check's own rules first: their errors name the option and what it accepts. Then the
+        # generated models (`self.config`) the Agent validates; `self.options` holds what the check
+        # derives on top (the Agent's kubelet settings, the simulator's stand-ins, folded options).
+        self.options = self._configure(self.instance)
+        self.load_configuration_models()
+        self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
         self.settings = Settings(
             effective_threshold=self.config.effective_threshold,
-            hourly_price=self.config.hourly_price,
+            hourly_price=self.options.hourly_price,
             default_hourly_price=self.config.default_hourly_price,
         )
-        self.submitter = Submitter(self, self.config.tags, _orchestrator_tags, self.config.max_processes_per_device)
+        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device)
         self._previous: Dict[str, Device] = {}
         self._unavailable: Optional[str] = None
         self._kubernetes_state: Optional[tuple] = None
         self._told: set = set()
         self._sidecar_problem: Optional[str] = None
+
+    def load_configuration_models(self, package_path=None):
+        # The models live beside this module's package, not under it.
+        super().load_configuration_models(package_path or "gpu_monitoring.config_models")
 
     def _configure(self, instance: dict) -> InstanceConfig:
         """The options; with `simulate`, a simulated NVML, a proc root and, if the scenario has
@@ -64,12 +74,12 @@ class GpuMonitoringCheck(AgentCheck):
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
         allocations = None
         if self.kubelet is not None:
-            allocations = AllocationReader(self.config.pod_resources_socket, self.config.gpu_resource_names)
-        library = self.simulation.library if self.simulation else self.config.nvml_library_path
+            allocations = AllocationReader(self.options.pod_resources_socket, self.options.gpu_resource_names)
+        library = self.simulation.library if self.simulation else self.options.nvml_library_path
         return LocalSource(NodeCollector(
             NvmlSession(library),
-            disabled=self.config.disabled_collectors,
-            proc_root=self.config.proc_root,
+            disabled=self.options.disabled_collectors,
+            proc_root=self.options.proc_root,
             allocations=allocations,
         ))
 
@@ -77,9 +87,9 @@ class GpuMonitoringCheck(AgentCheck):
         self.write_persistent_cache(CURSOR, value)
 
     def _on_kubernetes(self) -> bool:
-        if self.config.kubernetes != "auto":
-            return self.config.kubernetes == "true"
-        return os.path.exists(self.config.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
+        if self.options.kubernetes != "auto":
+            return self.options.kubernetes == "true"
+        return os.path.exists(self.options.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
 
     def check(self, _instance) -> None:
         snapshot = self._read_node()
@@ -119,7 +129,7 @@ class GpuMonitoringCheck(AgentCheck):
         if self._unavailable:
             self.log.info("NVML is available again")
             self._unavailable = None
-        self.service_check(CAN_CONNECT, AgentCheck.OK, tags=self.config.tags)
+        self.service_check(CAN_CONNECT, AgentCheck.OK, tags=self.options.tags)
         return snapshot
 
     def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
@@ -131,14 +141,14 @@ class GpuMonitoringCheck(AgentCheck):
             else:
                 self.log.info("The sidecar answers again")
             self._sidecar_problem = reason
-        self.service_check(SIDECAR_CAN_CONNECT, status, tags=self.config.tags, message=reason)
+        self.service_check(SIDECAR_CAN_CONNECT, status, tags=self.options.tags, message=reason)
 
     def _nvml_unavailable(self, reason: str) -> None:
         # One log line when NVML goes away or the reason changes, not one per run.
         if reason != self._unavailable:
             self.log.warning("Cannot read GPUs: %s", reason)
             self._unavailable = reason
-        self.service_check(CAN_CONNECT, AgentCheck.CRITICAL, tags=self.config.tags, message=reason)
+        self.service_check(CAN_CONNECT, AgentCheck.CRITICAL, tags=self.options.tags, message=reason)
 
     def _report_versions(self, snapshot: Snapshot) -> None:
         for name in ("driver_version", "nvml_version", "cuda_driver_version"):
@@ -176,7 +186,7 @@ class GpuMonitoringCheck(AgentCheck):
                 self.log.info("kubelet and pod-resources answer again")
             self._kubernetes_state = (status, message)
         code = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}[status]
-        self.service_check(KUBELET_CAN_CONNECT, code, tags=self.config.tags, message=message)
+        self.service_check(KUBELET_CAN_CONNECT, code, tags=self.options.tags, message=message)
 
     def _report_problems(self, attribution: Attribution) -> None:
         # Each allocation that points at no GPU is told once, not every run.
@@ -192,7 +202,7 @@ class GpuMonitoringCheck(AgentCheck):
             device,
             self._previous.get(device.uuid),
             events,
-            xid_ignore=self.config.xid_ignore,
+            xid_ignore=self.options.xid_ignore,
             temperature_margin=self.config.temperature_margin,
         )
 

@@ -104,7 +104,10 @@ def _prices(instance: Mapping[str, Any]) -> Dict[str, float]:
 
 
 def _text(instance: Mapping[str, Any], name: str, default: Optional[str]) -> Optional[str]:
-    value = instance.get(name, default)
+    value = instance.get(name)
+    if value is None:
+        # An option left empty in YAML (`proc_root:`) is the same as one not given.
+        return default
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
     return value

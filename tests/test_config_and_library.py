@@ -78,9 +78,9 @@ def test_good_options_are_accepted(tmp_path):
         "collect_processes": True,
         "tags": ["team:ml"],
     })
-    assert check.config.xid_ignore == [13, 43]
-    assert check.config.temperature_margin == 0
-    assert check.config.tags == ["team:ml"]
+    assert check.options.xid_ignore == [13, 43]
+    assert check.options.temperature_margin == 0
+    assert check.options.tags == ["team:ml"]
 
 
 def test_disabled_collectors(node):

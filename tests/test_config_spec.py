@@ -1,0 +1,231 @@
+"""assets/configuration/spec.yaml: the files generated from it are current, it names every option
+the check reads, and what it documents (defaults, examples, deploy values) the check accepts."""
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+import yaml
+from datadog_checks.dev.tooling.configuration import ConfigSpec
+
+from gpu_monitoring import config
+from gpu_monitoring.config_models import InstanceConfig, SharedConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+HELM_VALUES = sorted((ROOT / "deploy" / "helm").glob("datadog-values*.yaml"))
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("generate_config", ROOT / "scripts" / "generate_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generator = _load_generator()
+
+
+class Recorder(dict):
+    """An instance that notes every option name looked up in it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def options_read_by_the_check():
+    """What `config.parse` (and through it `kubelet_settings`) looks up in an instance."""
+    instance = Recorder()
+    config.parse(instance)
+    return instance.read
+
+
+def instance_options(spec_text, source="gpu_monitoring"):
+    """The instance options of a spec, templates expanded, as the tooling resolves them."""
+    spec = ConfigSpec(spec_text, source=source, version="0.0.1")
+    spec.load()
+    assert not spec.errors, spec.errors
+    (file,) = spec.data["files"]
+    (instances,) = [section for section in file["options"] if section["name"] == "instances"]
+    return {option["name"]: option for option in instances["options"]}
+
+
+def standard_option_names():
+    """The options the `instances/default` template brings: the Agent's, not the check's."""
+    text = yaml.safe_dump({
+        "name": "Standard",
+        "files": [{"name": "standard.yaml", "options": [
+            {"template": "instances", "options": [{"template": "instances/default"}]},
+        ]}],
+    })
+    return set(instance_options(text, source="standard"))
+
+
+def spec_options():
+    return instance_options(generator.SPEC.read_text())
+
+
+def model(instance):
+    return InstanceConfig.model_validate(instance, context={"configured_fields": frozenset(instance)})
+
+
+def plain(value):
+    """A model value as the YAML that would give it: tuples as lists, read-only mappings as dicts."""
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, (dict, MappingProxyType)):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def helm_instances():
+    for path in HELM_VALUES:
+        values = yaml.safe_load(path.read_text())
+        confd = yaml.safe_load(values["datadog"]["confd"]["gpu_monitoring.yaml"])
+        for index, instance in enumerate(confd["instances"]):
+            yield pytest.param(confd["init_config"], instance, id=f"{path.name}[{index}]")
+
+
+# --- generated files ------------------------------------------------------------------
+
+
+def test_generated_files_are_current():
+    stale = generator.stale_files()
+    assert not stale, (
+        f"{', '.join(str(p.relative_to(ROOT)) for p in stale)} differ from what "
+        "assets/configuration/spec.yaml gives: run `make config`"
+    )
+
+
+def test_check_mode_reports_missing_and_edited_files_and_keeps_custom_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(generator, "EXAMPLE_DIR", tmp_path)
+    monkeypatch.setattr(generator, "MODELS_DIR", tmp_path / "config_models")
+    expected = {"conf.yaml.example", "__init__.py", "instance.py", "shared.py", "defaults.py", "validators.py"}
+    assert {path.name for path in generator.stale_files()} == expected
+
+    generator.write()
+    assert generator.stale_files() == []
+
+    instance_model = tmp_path / "config_models" / "instance.py"
+    # Formatted otherwise is not stale; a change to the code is.
+    instance_model.write_text(instance_model.read_text().replace("    model_config", "\n    model_config"))
+    assert generator.stale_files() == []
+    instance_model.write_text(instance_model.read_text().replace("frozen=True", "frozen=False"))
+    validators = tmp_path / "config_models" / "validators.py"
+    validators.write_text("def initialize_instance(values, **kwargs):\n    return values\n")
+    assert generator.stale_files() == [instance_model]
+    assert generator.main(["--check"]) == 1
+
+    leftover = tmp_path / "config_models" / "deprecations_of_old.py"
+    leftover.write_text(generator.DOCUMENTATION_HEADER)
+    assert generator.stale_files() == [leftover, instance_model]
+
+    generator.write()
+    assert generator.stale_files() == []
+    assert "initialize_instance(values" in validators.read_text()
+    assert not leftover.exists()
+
+
+# --- the spec and the check agree -------------------------------------------------------
+
+
+def test_spec_names_every_option_the_check_reads_and_no_other():
+    read = options_read_by_the_check()
+    # The recorder sees the options behind every parsed setting; `kubelet` is built from kubelet_*.
+    assert {f.name for f in dataclasses.fields(config.InstanceConfig)} - read == {"kubelet"}
+
+    documented = set(spec_options())
+    standard = standard_option_names()
+    assert read - documented == set(), "options the check reads that the spec does not document"
+    assert documented - read - standard == set(), "options the spec documents that the check does not read"
+    assert set(InstanceConfig.model_fields) == documented
+
+
+def test_spec_choices_are_the_checks_choices():
+    options = spec_options()
+    assert options["source"]["value"]["enum"] == list(config.SOURCES)
+    assert options["disabled_collectors"]["value"]["items"]["enum"] == list(config.COLLECTOR_NAMES)
+    for mode in ("auto", "true", "false", True, False):
+        assert model({"kubernetes": mode}).kubernetes == mode
+        config.parse({"kubernetes": mode})
+
+
+def test_every_option_has_a_description_and_an_example():
+    for name, option in spec_options().items():
+        assert option["description"].strip(), name
+        assert "example" in option["value"], name
+
+
+def test_spec_defaults_are_the_checks_defaults():
+    # Giving the check the spec's defaults explicitly changes nothing; options the spec leaves
+    # without a default (the Agent's kubelet settings, /host/proc if present, ...) are the check's to choose.
+    defaults = model({})
+    explicit = {
+        name: plain(getattr(defaults, name))
+        for name in options_read_by_the_check()
+        if getattr(defaults, name) is not None
+    }
+    assert config.parse(explicit) == config.parse({})
+
+
+def test_every_example_in_the_spec_is_accepted():
+    examples = {name: option["value"]["example"] for name, option in spec_options().items()}
+    model(examples)
+    parsed = config.parse(examples)
+    assert parsed.simulate == examples["simulate"]
+    assert parsed.hourly_price == examples["hourly_price"]
+
+
+# --- what the generated files say, and what deployments give ---------------------------
+
+
+def test_example_file_is_yaml_the_check_accepts():
+    example = yaml.safe_load((generator.EXAMPLE_DIR / "conf.yaml.example").read_text())
+    # `init_config:` with every option commented out is null: no shared option set.
+    init_config = example["init_config"] or {}
+    SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
+    (instance,) = example["instances"]
+    assert config.parse(instance).collect_processes is True
+    assert model(instance).collect_processes is True
+
+
+@pytest.mark.parametrize("init_config, instance", list(helm_instances()))
+def test_models_accept_the_helm_values_instances(init_config, instance):
+    assert HELM_VALUES
+    shared = SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
+    assert shared.service is None
+    validated = model(instance)
+    parsed = config.parse(instance)
+    for name in instance:
+        if name in {f.name for f in dataclasses.fields(config.InstanceConfig)}:
+            assert plain(getattr(validated, name)) in (getattr(parsed, name), instance[name]), name
+
+
+def test_models_fill_in_defaults_and_types():
+    empty = model({})
+    assert empty.source == "local"
+    assert empty.kubernetes == "auto"
+    assert empty.xid_ignore == () and empty.disabled_collectors == ()
+    assert empty.temperature_margin == 5.0 and isinstance(empty.temperature_margin, float)
+    assert empty.max_processes_per_device == 64
+    assert empty.kubelet_tls_verify is None and empty.proc_root is None
+    full = model({"kubernetes": False, "xid_ignore": [13, 43], "disabled_collectors": ["gpm"],
+                  "hourly_price": {"NVIDIA H100*": 4.0}, "effective_threshold": 75})
+    assert full.kubernetes is False
+    assert full.xid_ignore == (13, 43) and full.disabled_collectors == ("gpm",)
+    assert dict(full.hourly_price) == {"NVIDIA H100*": 4.0}
+    assert full.effective_threshold == 75.0
