@@ -1,0 +1,143 @@
+"""The values files for the Datadog chart (deploy/helm/datadog-values*.yaml), sidecar mode and local
+mode: the check instance each configures, read by the check's own parser; the Agent pod fields they
+add, validated against the Kubernetes JSON schemas; paths that match the sidecar chart's and the
+product's defaults."""
+
+import posixpath
+from typing import Any, Dict, Tuple
+
+import pytest
+import yaml
+
+from gpu_monitoring import config
+from gpu_monitoring.sidecar import protocol
+
+from .deploy_support import (
+    DEPLOY,
+    GPU_TOLERATION,
+    K8S_VERSIONS,
+    POD_RESOURCES_HOST_DIR,
+    chart_socket_path,
+    chart_values,
+    validate,
+)
+
+DATADOG_VALUES = DEPLOY / "helm" / "datadog-values.yaml"
+DATADOG_VALUES_LOCAL = DEPLOY / "helm" / "datadog-values-local.yaml"
+
+
+def check_instance(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    conf = yaml.safe_load(values["datadog"]["confd"]["gpu_monitoring.yaml"])
+    assert set(conf) == {"init_config", "instances"}
+    assert conf["init_config"] == {}
+    (instance,) = conf["instances"]
+    return conf, instance
+
+
+def agent_pod(values: Dict[str, Any]) -> Dict[str, Any]:
+    """A Pod carrying what the values add to the Datadog chart's Agent pod, for schema checks."""
+    agents = values["agents"]
+    container = {
+        "name": "agent",
+        "image": f"{agents['image']['repository']}:{agents['image']['tag']}",
+        "env": agents.get("containers", {}).get("agent", {}).get("env", []),
+        "volumeMounts": agents.get("volumeMounts", []),
+    }
+    spec = {"containers": [container], "volumes": agents.get("volumes", []), "tolerations": agents["tolerations"]}
+    if "affinity" in agents:
+        spec["affinity"] = agents["affinity"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "datadog-agent"}, "spec": spec}
+
+
+def values_mount(values: Dict[str, Any], path: str) -> Tuple[Dict, Dict]:
+    """The Agent volumeMount holding `path` in a Datadog values file, and its volume."""
+    agents = values["agents"]
+    for mount in agents["volumeMounts"]:
+        root = mount["mountPath"].rstrip("/")
+        if path.startswith(root + "/"):
+            (volume,) = [v for v in agents["volumes"] if v["name"] == mount["name"]]
+            return mount, volume
+    raise AssertionError(f"{path} is on no agents.volumeMounts entry")
+
+
+def test_datadog_values_sidecar_mode():
+    values = yaml.safe_load(DATADOG_VALUES.read_text())
+    _, instance = check_instance(values)
+    assert instance["source"] == "sidecar"
+    assert instance["sidecar_socket"] == chart_socket_path()
+    assert instance["ignore_missing_sidecar"] is True
+    assert instance["min_collection_interval"] == 15
+    assert instance["hourly_price"] and all(
+        isinstance(k, str) and isinstance(v, (int, float)) for k, v in instance["hourly_price"].items()
+    )
+
+    image = values["agents"]["image"]
+    assert image["repository"] and isinstance(image["tag"], str) and image["tag"]
+    assert image["doNotCheckTag"] is True
+
+    # The host socket directory, mounted at the same path as in the sidecar.
+    mount, volume = values_mount(values, instance["sidecar_socket"])
+    assert mount["mountPath"] == posixpath.dirname(instance["sidecar_socket"])
+    assert volume["hostPath"]["path"] == mount["mountPath"]
+    assert mount["readOnly"] is True
+
+    assert GPU_TOLERATION in values["agents"]["tolerations"]
+    # Sidecar mode keeps the Agent pod off the NVIDIA runtime.
+    assert "gpuMonitoring" not in values["datadog"]
+
+
+def test_datadog_values_local_mode():
+    values = yaml.safe_load(DATADOG_VALUES_LOCAL.read_text())
+    _, instance = check_instance(values)
+    assert instance["source"] == "local"
+    assert instance["kubernetes"] is True
+    assert instance["proc_root"] == "/host/proc"
+    assert "sidecar_socket" not in instance
+
+    mount, volume = values_mount(values, instance["pod_resources_socket"])
+    assert volume["hostPath"]["path"] == POD_RESOURCES_HOST_DIR
+    assert mount["readOnly"] is True
+    assert instance["pod_resources_socket"] == mount["mountPath"] + "/kubelet.sock"
+
+    gpu = values["datadog"]["gpuMonitoring"]
+    assert gpu["enabled"] is True and gpu["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e["value"] for e in values["agents"]["containers"]["agent"]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+
+    image = values["agents"]["image"]
+    assert image["repository"] and image["tag"] and image["doNotCheckTag"] is True
+    assert GPU_TOLERATION in values["agents"]["tolerations"]
+    (term,) = values["agents"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in term["matchExpressions"]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("path", [DATADOG_VALUES, DATADOG_VALUES_LOCAL], ids=lambda p: p.name)
+def test_datadog_values_fragments_are_valid_pod_fields(path, version):
+    validate(agent_pod(yaml.safe_load(path.read_text())), version)
+
+
+@pytest.mark.parametrize("path", [DATADOG_VALUES, DATADOG_VALUES_LOCAL], ids=lambda p: p.name)
+def test_the_check_reads_every_option_as_written(path):
+    """The check's own parser takes each option (a misspelt one would come back as its default)."""
+    _, instance = check_instance(yaml.safe_load(path.read_text()))
+    parsed = config.parse(instance)
+    for name, value in instance.items():
+        if name == "min_collection_interval":  # the Agent's, not the check's
+            continue
+        expected = {True: "true", False: "false"}.get(value, value) if name == "kubernetes" else value
+        assert getattr(parsed, name) == expected, name
+
+
+def test_paths_are_the_products_defaults():
+    assert chart_socket_path() == protocol.DEFAULT_SOCKET
+    assert posixpath.join(chart_values()["sidecar"]["stateDir"], "journal") == protocol.DEFAULT_JOURNAL
+    assert POD_RESOURCES_HOST_DIR + "/kubelet.sock" == config.DEFAULT_POD_RESOURCES_SOCKET
+
+
+def test_both_modes_use_the_same_agent_image():
+    sidecar = yaml.safe_load(DATADOG_VALUES.read_text())["agents"]["image"]
+    local = yaml.safe_load(DATADOG_VALUES_LOCAL.read_text())["agents"]["image"]
+    assert sidecar == local

@@ -1,0 +1,286 @@
+"""The sidecar Helm chart in deploy/helm/gpu-monitoring-sidecar, rendered by Helm's own Go engine
+(helm-python-sdk, no helm binary, no cluster, no network) and validated against the Kubernetes
+JSON schemas (kubernetes-validate)."""
+
+import json
+import posixpath
+from typing import Any, Dict, Tuple
+
+import pytest
+import yaml
+
+from .deploy_support import (
+    CHART,
+    GPU_TOLERATION,
+    K8S_VERSIONS,
+    POD_RESOURCES_HOST_DIR,
+    ROOT,
+    chart_socket_path,
+    daemonset,
+    helm,
+    needs_helm,
+    options,
+    pod_spec,
+    render,
+    render_raw,
+    sidecar_container,
+    validate,
+)
+
+
+def env_of(container: Dict[str, Any]) -> Dict[str, Any]:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+def mount_for(ds: Dict[str, Any], container: Dict[str, Any], path: str) -> Tuple[Dict, Dict]:
+    """The container's volumeMount holding `path` (deepest first) and its pod volume."""
+    mounts = sorted(container["volumeMounts"], key=lambda m: len(m["mountPath"]), reverse=True)
+    for mount in mounts:
+        root = mount["mountPath"].rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            (volume,) = [v for v in pod_spec(ds)["volumes"] if v["name"] == mount["name"]]
+            return mount, volume
+    raise AssertionError(f"{path} is on no volume mount of {container['name']}")
+
+
+VALUE_SETS = {
+    "defaults": {},
+    "no-runtime-class": {"runtimeClassName": ""},
+    "custom-uid": {"podSecurityContext": {"runAsUser": 20000, "runAsGroup": 20000}},
+    "root": {"podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}},
+    "extras": {
+        "extraEnv": [{"name": "GPU_MONITORING_EXTRA", "value": "1"}],
+        "extraArgs": ["--log-level", "DEBUG"],
+        "priorityClassName": "system-node-critical",
+        "podAnnotations": {"example.com/team": "ml"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "sidecar": {"simulate": "dgx-h100"},
+    },
+}
+
+
+def test_chart_metadata():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "gpu-monitoring-sidecar" == CHART.name
+    assert chart["version"] == "0.1.0"
+    assert chart["appVersion"] == "0.1.0"
+    about: Dict[str, Any] = {}
+    exec((ROOT / "gpu_monitoring" / "__about__.py").read_text(), about)
+    assert chart["appVersion"] == about["__version__"], "the image tag defaults to appVersion: keep it in step"
+    assert (CHART / ".helmignore").is_file()
+
+
+@needs_helm
+def test_chart_loads_and_lints_clean():
+    with helm.Chart.load(CHART) as chart:
+        assert chart.metadata["name"] == "gpu-monitoring-sidecar"
+        assert chart.values["runtimeClassName"] == "nvidia"
+    report = helm.lint(CHART, strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@needs_helm
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_renders_one_daemonset_and_nothing_else(name):
+    # No Service (unix socket only), no ServiceAccount or RBAC (no Kubernetes API access).
+    assert [obj["kind"] for obj in render(VALUE_SETS[name])] == ["DaemonSet"]
+
+
+@needs_helm
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_manifests_validate_against_kubernetes_schemas(name, version):
+    for obj in render(VALUE_SETS[name]):
+        validate(obj, version)
+
+
+@needs_helm
+def test_gpu_nodes_only():
+    pod = pod_spec(daemonset())
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert GPU_TOLERATION in pod["tolerations"]
+
+
+@needs_helm
+def test_nvidia_runtime_host_pid_and_no_api_access():
+    ds = daemonset()
+    pod = pod_spec(ds)
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    env = env_of(sidecar_container(ds))
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    # The sidecar must not take a GPU away from workloads.
+    assert "nvidia.com/gpu" not in json.dumps(sidecar_container(ds)["resources"])
+
+
+@needs_helm
+def test_runs_non_root_with_nothing_extra():
+    ds = daemonset()
+    pod_security = pod_spec(ds)["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert pod_security["runAsUser"] == 10001
+    assert pod_security["runAsGroup"] == 10001
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = sidecar_container(ds)["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security.get("privileged") is not True
+
+
+@needs_helm
+def test_resources_requests_and_limits():
+    resources = sidecar_container(daemonset())["resources"]
+    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert resources["limits"]["memory"] == "256Mi"
+
+
+@needs_helm
+def test_host_directories():
+    ds = daemonset()
+    volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
+    mounts = {m["mountPath"]: m for m in sidecar_container(ds)["volumeMounts"]}
+
+    pod_resources = mounts[POD_RESOURCES_HOST_DIR]
+    assert pod_resources["readOnly"] is True
+    assert volumes[pod_resources["name"]]["hostPath"]["path"] == POD_RESOURCES_HOST_DIR
+
+    for path in ("/var/run/gpu-monitoring", "/var/lib/gpu-monitoring"):
+        mount = mounts[path]
+        assert not mount.get("readOnly")
+        assert volumes[mount["name"]]["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+
+
+@needs_helm
+def test_command_and_paths_match_the_mounts():
+    ds = daemonset()
+    container = sidecar_container(ds)
+    assert container["command"] == ["gpu-monitoring", "sidecar"]
+    args = options(container["args"])
+
+    socket = args["--socket"]
+    assert socket == chart_socket_path() == "/var/run/gpu-monitoring/sidecar.sock"
+    mount, volume = mount_for(ds, container, socket)
+    # Same path on the host as in the container, so the Agent mounting the host directory at that
+    # path finds the socket where its sidecar_socket says.
+    assert mount["mountPath"] == posixpath.dirname(socket) == volume["hostPath"]["path"]
+    assert not mount.get("readOnly")
+
+    mount, volume = mount_for(ds, container, args["--journal"])
+    assert volume["hostPath"]["path"] == "/var/lib/gpu-monitoring"
+    assert args["--journal"] == "/var/lib/gpu-monitoring/journal"
+    assert not mount.get("readOnly")
+
+    assert args["--pod-resources-socket"] == POD_RESOURCES_HOST_DIR + "/kubelet.sock"
+    mount, volume = mount_for(ds, container, args["--pod-resources-socket"])
+    assert mount["readOnly"] is True and volume["hostPath"]["path"] == POD_RESOURCES_HOST_DIR
+
+    assert args["--proc-root"] == "/proc"  # the host's, through hostPID
+    assert "--simulate" not in args
+
+
+@needs_helm
+def test_probes_run_healthz_on_the_served_socket():
+    container = sidecar_container(daemonset())
+    socket = options(container["args"])["--socket"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        spec = container[probe]
+        assert spec["exec"]["command"] == ["gpu-monitoring", "healthz", "--socket", socket]
+        assert "httpGet" not in spec and "tcpSocket" not in spec
+        assert spec["timeoutSeconds"] >= 5
+
+
+@needs_helm
+def test_rolling_update():
+    assert daemonset()["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+@needs_helm
+def test_init_container_hands_host_directories_to_the_user():
+    ds = daemonset()
+    (init,) = pod_spec(ds)["initContainers"]
+    assert init["image"] == sidecar_container(ds)["image"]
+    assert init["securityContext"]["runAsUser"] == 0
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    env = env_of(init)
+    assert env["OWNER"] == "10001:10001"
+    assert env["SOCKET_DIR"] == "/var/run/gpu-monitoring"
+    assert env["JOURNAL_DIR"] == "/var/lib/gpu-monitoring/journal"
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/var/run/gpu-monitoring", "/var/lib/gpu-monitoring"}
+
+
+@needs_helm
+def test_empty_runtime_class_is_left_out():
+    assert "runtimeClassName" not in pod_spec(daemonset({"runtimeClassName": ""}))
+
+
+@needs_helm
+def test_custom_uid():
+    ds = daemonset(VALUE_SETS["custom-uid"])
+    security = pod_spec(ds)["securityContext"]
+    assert (security["runAsNonRoot"], security["runAsUser"], security["runAsGroup"]) == (True, 20000, 20000)
+    (init,) = pod_spec(ds)["initContainers"]
+    assert env_of(init)["OWNER"] == "20000:20000"
+
+
+@needs_helm
+def test_root_override_drops_the_init_container_but_no_other_protection():
+    ds = daemonset(VALUE_SETS["root"])
+    pod = pod_spec(ds)
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"]["runAsNonRoot"] is False
+    assert "initContainers" not in pod
+    security = sidecar_container(ds)["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+
+
+@needs_helm
+def test_extra_env_args_and_optional_fields():
+    ds = daemonset(VALUE_SETS["extras"])
+    pod = pod_spec(ds)
+    container = sidecar_container(ds)
+    env = env_of(container)
+    assert env["GPU_MONITORING_EXTRA"] == "1"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert container["args"][-2:] == ["--log-level", "DEBUG"]
+    assert options(container["args"])["--simulate"] == "dgx-h100"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert ds["spec"]["template"]["metadata"]["annotations"] == {"example.com/team": "ml"}
+
+    default_pod = pod_spec(daemonset())
+    assert "priorityClassName" not in default_pod
+    assert "imagePullSecrets" not in default_pod
+
+
+@needs_helm
+def test_moved_socket_moves_everything_with_it():
+    ds = daemonset({"sidecar": {"socketDir": "/run/gpu-mon/", "socketName": "s.sock"}})
+    container = sidecar_container(ds)
+    socket = options(container["args"])["--socket"]
+    assert socket == "/run/gpu-mon/s.sock"
+    assert container["livenessProbe"]["exec"]["command"][-1] == socket
+    mount, volume = mount_for(ds, container, socket)
+    assert mount["mountPath"] == volume["hostPath"]["path"] == "/run/gpu-mon"
+
+
+@needs_helm
+def test_image_defaults_to_app_version():
+    container = sidecar_container(daemonset())
+    assert container["image"] == "registry.example.com/gpu-monitoring-sidecar:0.1.0"
+    assert container["image"].rsplit(":", 1)[1] == yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    image = {"repository": "r.example/s", "tag": "dev", "pullPolicy": "Always"}
+    tagged = sidecar_container(daemonset({"image": image}))
+    assert (tagged["image"], tagged["imagePullPolicy"]) == ("r.example/s:dev", "Always")
+
+
+@needs_helm
+def test_notes_name_the_socket():
+    notes = render_raw()["gpu-monitoring-sidecar/templates/NOTES.txt"]
+    assert f"sidecar_socket: {chart_socket_path()}" in notes

@@ -1,0 +1,67 @@
+"""The systemd unit that runs the sidecar outside Kubernetes (deploy/systemd): it serves where the
+chart's sidecar does, runs hardened without hiding the GPUs, and its README installs what it runs."""
+
+import posixpath
+import shlex
+from pathlib import Path
+from typing import Dict, List
+
+from .deploy_support import DEPLOY, chart_socket_path, options
+
+UNIT = DEPLOY / "systemd" / "gpu-monitoring-sidecar.service"
+
+
+def systemd_unit(path: Path) -> Dict[str, Dict[str, List[str]]]:
+    sections: Dict[str, Dict[str, List[str]]] = {}
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        assert current is not None, f"{line!r} is outside any section"
+        key, sep, value = line.partition("=")
+        assert sep, f"{line!r} is not KEY=VALUE"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def test_systemd_unit():
+    unit = systemd_unit(UNIT)
+    service = {key: values[-1] for key, values in unit["Service"].items()}
+
+    argv = shlex.split(service["ExecStart"])
+    assert argv[:2] == ["/opt/gpu-monitoring/bin/gpu-monitoring", "sidecar"]
+    args = options(argv)
+    assert args["--socket"] == chart_socket_path()
+    assert args["--socket"] == "/var/run/gpu-monitoring/sidecar.sock"
+    # The socket lives in the RuntimeDirectory (/run = /var/run), the journal in the StateDirectory.
+    assert service["RuntimeDirectory"] == "gpu-monitoring"
+    assert posixpath.dirname(args["--socket"]) == "/var/run/" + service["RuntimeDirectory"]
+    assert service["StateDirectory"] == "gpu-monitoring"
+    assert args["--journal"].startswith("/var/lib/" + service["StateDirectory"] + "/")
+
+    assert service["User"] == "gpu-monitoring"
+    assert service["Group"] == "dd-agent"
+    assert service["Restart"] == "on-failure"
+    assert service["KillSignal"] == "SIGTERM"
+    assert service["NoNewPrivileges"] == "yes"
+    assert service["ProtectSystem"] == "strict"
+    assert service["ProtectHome"] == "yes"
+    assert service["PrivateTmp"] == "yes"
+    # NVML needs /dev/nvidia*: nothing that hides or filters devices.
+    assert service.get("PrivateDevices", "no") in ("no", "false", "0")
+    for key in ("DevicePolicy", "DeviceAllow", "ProtectClock"):
+        assert key not in service, key
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_systemd_readme_installs_what_the_unit_runs():
+    readme = (DEPLOY / "systemd" / "README.md").read_text()
+    unit = systemd_unit(UNIT)
+    assert "python3 -m venv /opt/gpu-monitoring" in readme
+    assert "useradd" in readme and unit["Service"]["User"][-1] in readme
+    assert f"systemctl enable --now {UNIT.stem}" in readme
+    assert "source: sidecar" in readme and f"sidecar_socket: {chart_socket_path()}" in readme
