@@ -43,7 +43,7 @@ class SidecarSource:
         try:
             snapshot = self.client.snapshot()
         except SidecarUnavailable as e:
-            if "HTTP 503" in str(e):
+            if e.status == 503:  # the sidecar is up but cannot read NVML
                 raise LibraryUnavailable(f"on the sidecar: {e}") from e
             raise
         snapshot.events, self._next_cursor = self._events(self._cursor())

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 
@@ -15,11 +16,12 @@ STARTUP_SECONDS = 30
 class SidecarProcess:
     """`gpu-monitoring sidecar --simulate ...` in a child process, on a socket and journal in tmp_path."""
 
-    def __init__(self, directory: Path, scenario: str, *extra: str):
+    def __init__(self, directory: Path, scenario: Optional[str], *extra: str):
         self.socket = str(directory / "run" / "sidecar.sock")
         self.journal = str(directory / "journal")
         self.log = directory / "sidecar.log"
-        self.args = [sys.executable, "-m", "gpu_monitoring.cli", "sidecar", "--simulate", scenario,
+        simulate = ["--simulate", scenario] if scenario else []
+        self.args = [sys.executable, "-m", "gpu_monitoring.cli", "sidecar", *simulate,
                      "--socket", self.socket, "--journal", self.journal, *extra]
         self.process = None
 

@@ -185,6 +185,23 @@ def test_garbage_on_the_socket_is_critical(tmp_path):
     server.close()
 
 
+def test_a_sidecar_without_nvml_is_reachable_but_nvml_is_critical(tmp_path):
+    sidecar = SidecarProcess(tmp_path, None, "--nvml-library-path", str(tmp_path / "libnvidia-ml.so.1")).start()
+    try:
+        status, body = raw_request(sidecar.socket, target="/v1/snapshot")
+        assert status == 503 and "libnvidia-ml.so.1" in body["error"]
+        check = sidecar_check(sidecar.socket)
+        _aggregator.reset()
+        assert check.run() == ""
+        (nvml,) = _aggregator.service_checks("gpu_monitoring.nvml.can_connect")
+        assert nvml.status == AgentCheck.CRITICAL and "on the sidecar" in nvml.message
+        (state,) = _aggregator.service_checks(SIDECAR_CHECK)
+        assert state.status == AgentCheck.OK
+        assert _aggregator.metric_names == []
+    finally:
+        sidecar.stop()
+
+
 def test_missing_sidecar_can_be_ignored(tmp_path):
     check = sidecar_check(str(tmp_path / "none.sock"), ignore_missing_sidecar=True)
     _aggregator.reset()

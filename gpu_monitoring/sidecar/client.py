@@ -4,7 +4,7 @@ import http.client
 import json
 import socket
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 from urllib.parse import urlencode
 
 from ..snapshot import Event, Snapshot
@@ -12,7 +12,12 @@ from . import protocol
 
 
 class SidecarUnavailable(Exception):
-    """The sidecar could not be reached or did not answer as it should; the message says how."""
+    """The sidecar could not be reached or did not answer as it should; the message says how.
+    `status` is the HTTP status it answered with, if it answered."""
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -78,7 +83,7 @@ class SidecarClient:
         if response.status != 200:
             message = body.get("error") if isinstance(body, dict) else None
             raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} with HTTP {response.status}: "
-                                     f"{message or raw[:200]!r}")
+                                     f"{message or raw[:200]!r}", status=response.status)
         if not isinstance(body, dict) or body.get("api_version") != protocol.API_VERSION:
             raise SidecarUnavailable(f"sidecar at {self.socket_path} speaks API version "
                                      f"{body.get('api_version') if isinstance(body, dict) else '?'}, "
