@@ -8,6 +8,7 @@ from datadog_checks.base import ConfigurationError
 
 from .collectors import COLLECTOR_NAMES
 from .kube.kubelet import kubelet_settings
+from .options import boolean, integers, names, number, strings, text
 from .sidecar.protocol import DEFAULT_SOCKET
 
 SOURCES = ("local", "sidecar")
@@ -43,28 +44,28 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
     if source not in SOURCES:
         raise ConfigurationError(f"`source` must be one of {', '.join(SOURCES)}; got {source!r}")
     options["source"] = source
-    options["sidecar_socket"] = _text(instance, "sidecar_socket", DEFAULT_SOCKET)
-    options["ignore_missing_sidecar"] = _bool(instance, "ignore_missing_sidecar", False)
+    options["sidecar_socket"] = text(instance, "sidecar_socket", DEFAULT_SOCKET)
+    options["ignore_missing_sidecar"] = boolean(instance, "ignore_missing_sidecar", False)
     for name in ("nvml_library_path", "simulate"):
-        options[name] = _text(instance, name, None)
+        options[name] = text(instance, name, None)
     if source == "sidecar" and (options["simulate"] or options["nvml_library_path"]):
         raise ConfigurationError(
             "`simulate` and `nvml_library_path` belong to the sidecar when `source` is sidecar: "
             "give them to `gpu-monitoring sidecar` instead"
         )
-    options["collect_processes"] = _bool(instance, "collect_processes", True)
-    options["disabled_collectors"] = _names(instance, "disabled_collectors", COLLECTOR_NAMES)
-    options["xid_ignore"] = _ints(instance, "xid_ignore")
-    options["temperature_margin"] = _number(instance, "temperature_margin", 5.0, minimum=0)
-    options["tags"] = _strings(instance, "tags")
+    options["collect_processes"] = boolean(instance, "collect_processes", True)
+    options["disabled_collectors"] = names(instance, "disabled_collectors", COLLECTOR_NAMES)
+    options["xid_ignore"] = integers(instance, "xid_ignore")
+    options["temperature_margin"] = number(instance, "temperature_margin", 5.0, minimum=0)
+    options["tags"] = strings(instance, "tags")
     options.update(_kubernetes(instance))
-    options["proc_root"] = _text(instance, "proc_root", default_proc_root())
-    cap = _number(instance, "max_processes_per_device", 64, minimum=0, integer=True)
+    options["proc_root"] = text(instance, "proc_root", default_proc_root())
+    cap = number(instance, "max_processes_per_device", 64, minimum=0, integer=True)
     options["max_processes_per_device"] = int(cap)
     options["hourly_price"] = _prices(instance)
     price = instance.get("default_hourly_price")
-    options["default_hourly_price"] = None if price is None else _number(instance, "default_hourly_price", 0, 0)
-    options["effective_threshold"] = _number(instance, "effective_threshold", 50.0, minimum=0, maximum=100)
+    options["default_hourly_price"] = None if price is None else number(instance, "default_hourly_price", 0, 0)
+    options["effective_threshold"] = number(instance, "effective_threshold", 50.0, minimum=0, maximum=100)
     if not options["collect_processes"] and "processes" not in options["disabled_collectors"]:
         options["disabled_collectors"] = options["disabled_collectors"] + ["processes"]
     return InstanceConfig(**options)
@@ -83,8 +84,8 @@ def _kubernetes(instance: Mapping[str, Any]) -> Dict[str, Any]:
     return {
         "kubernetes": mode,
         "kubelet": kubelet_settings(instance),
-        "pod_resources_socket": _text(instance, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
-        "gpu_resource_names": _strings(instance, "gpu_resource_names"),
+        "pod_resources_socket": text(instance, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
+        "gpu_resource_names": strings(instance, "gpu_resource_names"),
     }
 
 
@@ -101,65 +102,3 @@ def _prices(instance: Mapping[str, Any]) -> Dict[str, float]:
             f"(e.g. 'NVIDIA H100*': 4.5); got {prices!r}"
         )
     return {k: float(v) for k, v in prices.items()}
-
-
-def _text(instance: Mapping[str, Any], name: str, default: Optional[str]) -> Optional[str]:
-    value = instance.get(name)
-    if value is None:
-        # An option left empty in YAML (`proc_root:`) is the same as one not given.
-        return default
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
-    return value
-
-
-def _bool(instance: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = instance.get(name, default)
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"`{name}` must be true or false; got {value!r}")
-    return value
-
-
-def _number(
-    instance: Mapping[str, Any], name: str, default: float, minimum: float,
-    maximum: Optional[float] = None, integer: bool = False,
-) -> float:
-    value = instance.get(name, default)
-    kinds = (int,) if integer else (int, float)
-    bad = isinstance(value, bool) or not isinstance(value, kinds) or value < minimum
-    if bad or (maximum is not None and value > maximum):
-        what = "an integer" if integer else "a number"
-        bounds = f">= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
-        raise ConfigurationError(f"`{name}` must be {what} {bounds}; got {value!r}")
-    return float(value)
-
-
-def _list(instance: Mapping[str, Any], name: str) -> list:
-    value = instance.get(name)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigurationError(f"`{name}` must be a list; got {value!r}")
-    return value
-
-
-def _strings(instance: Mapping[str, Any], name: str) -> List[str]:
-    values = _list(instance, name)
-    if not all(isinstance(v, str) for v in values):
-        raise ConfigurationError(f"`{name}` must be a list of strings; got {values!r}")
-    return values
-
-
-def _ints(instance: Mapping[str, Any], name: str) -> List[int]:
-    values = _list(instance, name)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise ConfigurationError(f"`{name}` must be a list of positive integers (XID codes); got {values!r}")
-    return values
-
-
-def _names(instance: Mapping[str, Any], name: str, allowed) -> List[str]:
-    values = _strings(instance, name)
-    unknown = sorted(set(values) - set(allowed))
-    if unknown:
-        raise ConfigurationError(f"`{name}` has unknown collectors {unknown}; choose from {', '.join(allowed)}")
-    return values

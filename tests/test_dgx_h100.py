@@ -4,6 +4,8 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_metadata_metrics
 
+from .conftest import tag_dict
+
 MIB = 1024 * 1024
 GPUS = range(8)
 BUSY = [0, 1, 2, 3, 4, 6]
@@ -18,10 +20,6 @@ GPM = ["sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp64_active
        "graphics_active"]
 DESIGN_TAGS = {"gpu_uuid", "gpu_index", "gpu_model", "gpu_architecture", "gpu_driver_version", "gpu_pci_bus_id",
                "gpu_slicing_mode"}
-
-
-def tag_dict(tags):
-    return dict(tag.split(":", 1) for tag in tags)
 
 
 @pytest.fixture

@@ -15,14 +15,10 @@ from gpu_monitoring import simulator
 from gpu_monitoring.collectors import NodeCollector
 from gpu_monitoring.nvml import NvmlSession
 
-from .conftest import H100_PCIE_NODE
+from .conftest import H100_PCIE_NODE, tag_dict
 
 GPUS = range(6)
 OK, WARNING, CRITICAL = AgentCheck.OK, AgentCheck.WARNING, AgentCheck.CRITICAL
-
-
-def tag_dict(tags):
-    return dict(tag.split(":", 1) for tag in tags)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import logging
 
 from datadog_checks.base import AgentCheck
 
-from .conftest import H100_PCIE_NODE
+from .conftest import H100_PCIE_NODE, tag_dict
 
 MIB = 1024 * 1024
 PHYSICAL = [0, 1, 2, 3]
@@ -25,32 +25,14 @@ INSTANCES = {
     (3, 0): ("7g.80gb", 80896, 70000, 1),
 }
 
-H100_MIG_SCENARIO = """
+H100_MIG_SCENARIO = H100_PCIE_NODE + """
 description: One H100 with GPM split into two MIG instances.
-driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}
 devices:
-  - name: NVIDIA H100 80GB HBM3
-    architecture: hopper
-    memory_mib: 81559
-    reserved_mib: 0
-    bar1_mib: 131072
-    clocks_max: {sm: 1980, memory: 2619, graphics: 1980, video: 1755}
-    power_limit_w: 700
-    idle_power_w: 72
-    slowdown_c: 90
-    shutdown_c: 92
-    pcie: {generation: 5, width: 16}
-    nvlink_links: 0
-    gpm: true
-    mig_capable: true
+  - model: h100
     mig:
       - {profile: 3g.40gb, gi: 1, memory_mib: 40192, utilization: 80, processes: [{pid: 11, memory_mib: 30000}]}
       - {profile: 1g.10gb, gi: 5, memory_mib: 9856, utilization: 20}
 """
-
-
-def tag_dict(tags):
-    return dict(tag.split(":", 1) for tag in tags)
 
 
 def slicing_mode(tags):

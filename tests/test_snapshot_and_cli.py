@@ -13,6 +13,8 @@ from gpu_monitoring.collectors import NodeCollector
 from gpu_monitoring.nvml import NvmlSession
 from gpu_monitoring.snapshot import Snapshot
 
+from .conftest import tag_dict
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,10 +38,6 @@ def run_cli(capsys, *args):
     out = capsys.readouterr().out
     assert code == 0
     return out
-
-
-def tag_dict(tags):
-    return dict(tag.split(":", 1) for tag in tags)
 
 
 # --- snapshot ----------------------------------------------------------------------------

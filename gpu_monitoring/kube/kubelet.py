@@ -16,6 +16,8 @@ import requests
 from datadog_checks.base import ConfigurationError, is_affirmative
 from datadog_checks.base.utils.http import RequestsWrapper
 
+from ..options import boolean, number, text
+
 try:
     import datadog_agent
 except ImportError:
@@ -267,19 +269,19 @@ def _strip_runtime(container_id: Optional[str]) -> Optional[str]:
 
 def kubelet_settings(instance: Mapping[str, Any]) -> Dict[str, Any]:
     """KubeletClient arguments: the instance's options, else the Agent's kubelet settings, else defaults."""
-    tls_verify = _instance_bool(instance, "kubelet_tls_verify")
+    tls_verify = boolean(instance, "kubelet_tls_verify", None)
     if tls_verify is None:
         agent_value = _agent_config("kubelet_tls_verify")
         tls_verify = True if agent_value is None else is_affirmative(agent_value)
     return {
         "url": _instance_url(instance) or _agent_url(),
-        "token_path": _instance_path(instance, "kubelet_token_path")
+        "token_path": text(instance, "kubelet_token_path")
         or _agent_config("kubelet_auth_token_path")
         or DEFAULT_TOKEN_PATH,
-        "ca_path": _instance_path(instance, "kubelet_ca_path") or _agent_config("kubelet_client_ca") or DEFAULT_CA_PATH,
+        "ca_path": text(instance, "kubelet_ca_path") or _agent_config("kubelet_client_ca") or DEFAULT_CA_PATH,
         "tls_verify": tls_verify,
-        "ttl": _instance_seconds(instance, "pod_cache_ttl", DEFAULT_TTL),
-        "timeout": _instance_seconds(instance, "kubelet_timeout", DEFAULT_TIMEOUT),
+        "ttl": number(instance, "pod_cache_ttl", DEFAULT_TTL, minimum=0),
+        "timeout": number(instance, "kubelet_timeout", DEFAULT_TIMEOUT, minimum=0),
     }
 
 
@@ -299,31 +301,10 @@ def _agent_url() -> str:
 
 def _instance_url(instance: Mapping[str, Any]) -> Optional[str]:
     """`kubelet_url` as given, with `/pods` added when it names only the kubelet."""
-    url = _instance_path(instance, "kubelet_url")
+    url = text(instance, "kubelet_url")
     if url is None:
         return None
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ConfigurationError(f"`kubelet_url` must be an http(s) URL such as https://host:10250; got {url!r}")
     return url if parsed.path not in ("", "/") else url.rstrip("/") + "/pods"
-
-
-def _instance_path(instance: Mapping[str, Any], name: str) -> Optional[str]:
-    value = instance.get(name)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
-    return value
-
-
-def _instance_bool(instance: Mapping[str, Any], name: str) -> Optional[bool]:
-    value = instance.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise ConfigurationError(f"`{name}` must be true or false; got {value!r}")
-    return value
-
-
-def _instance_seconds(instance: Mapping[str, Any], name: str, default: float) -> float:
-    value = instance.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(f"`{name}` must be a number of seconds >= 0; got {value!r}")
-    return float(value)
