@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[deps,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -42,4 +42,4 @@ config: $(STAMP)
 	$(BIN)/python scripts/generate_config.py
 
 clean:
-	rm -rf $(VENV) .venv-protobuf-* .venv-ddev build dist *.egg-info
+	rm -rf $(VENV) .venv-protobuf-* .venv-agent-* .venv-ddev build dist *.egg-info

@@ -14,21 +14,27 @@ setup(
     long_description_content_type="text/markdown",
     license="BSD-3-Clause",
     python_requires=">=3.9",
-    packages=find_packages(include=["gpu_monitoring", "gpu_monitoring.*"]),
+    # `gpu_monitoring` holds the code; `datadog_checks.gpu_monitoring` is the name the Agent loads
+    # the check by, with the example configuration `datadog-agent integration install` copies.
+    packages=find_packages(include=["gpu_monitoring", "gpu_monitoring.*"]) + ["datadog_checks.gpu_monitoring"],
     package_data={
         "gpu_monitoring": ["metrics.yaml", "simulator/scenarios/*.yaml"],
+        "datadog_checks.gpu_monitoring": ["data/*.yaml*"],
     },
+    # Only what the Agent's embedded Python already has: `integration install` adds no dependency.
     install_requires=[
-        # The Agent ships the base package with its "deps" extra already installed;
-        # standalone installs (CLI, sidecar image) need the extra too.
-        "datadog-checks-base[deps]>=37.0.0",
-        "grpcio>=1.48",
-        "nvidia-ml-py>=12.535.77",
+        "datadog-checks-base[deps]>=37.21.0",
         "pyyaml>=5.4",
         "requests>=2.27",
     ],
     extras_require={
+        # Local mode and the sidecar: NVML's bindings and gRPC for the kubelet's pod-resources API,
+        # pinned to the versions the tests run.
+        "deps": list(ABOUT["DEPS"].values()),
         "dev": [
+            # tests/test_agent_install.py builds the wheel without build isolation.
+            "setuptools>=61",
+            "wheel",
             "pytest>=8",
             "datadog-checks-dev>=40,<41",
             "ruff>=0.6",

@@ -1,24 +1,30 @@
 """The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
 import os
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
 
-from . import health, simulator
+from . import health
 from .attribution import Attribution, Settings, attribute
-from .collectors import NodeCollector
 from .collectors.allocations import AllocationReader
 from .config import InstanceConfig, parse
 from .config_models import ConfigMixin
+from .deps import require
 from .kube.kubelet import KubeletClient, KubeletError, PodInfo
-from .nvml import NvmlError, NvmlSession
+from .nvml.errors import NvmlError
 from .sidecar.client import SidecarClient, SidecarUnavailable
-from .simulator.node import SimulatedNode
-from .snapshot import Device, Snapshot
+from .snapshot import Allocations, Device, Snapshot
 from .sources import LocalSource, SidecarSource
 from .submission import Submitter
+
+# pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
+# ships neither package, and sidecar mode needs neither.
+if TYPE_CHECKING:
+    from .collectors.node import NodeCollector
+    from .simulator import Scenario, SimulatedNvml
+    from .simulator.node import SimulatedNode
 
 CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
@@ -31,8 +37,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
-        self.simulation: Optional[simulator.SimulatedNvml] = None
+        self.simulation: Optional[SimulatedNvml] = None
         self.simulated_node: Optional[SimulatedNode] = None
+        self.allocation_reader: Optional[AllocationReader] = None
         self.instance = self.instance or {}
         # The check's own rules first: their errors name the option and what it accepts. Then the
         # generated models (`self.config`) the Agent validates; `self.options` holds what the check
@@ -63,7 +70,10 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         config = parse(instance)
         if not config.simulate:
             return config
-        self.simulation = simulator.SimulatedNvml(_scenario(config.simulate))
+        from .simulator import SimulatedNvml
+        from .simulator.node import SimulatedNode
+
+        self.simulation = SimulatedNvml(_scenario(config.simulate))
         self.simulated_node = SimulatedNode(self.simulation)
         standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
         return parse(dict(standing_in, **instance))
@@ -72,16 +82,23 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         if self.config.source == "sidecar":
             client = SidecarClient(self.config.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
-        allocations = None
         if self.kubelet is not None:
-            allocations = AllocationReader(self.options.pod_resources_socket, self.options.gpu_resource_names)
+            self.allocation_reader = AllocationReader(self.options.pod_resources_socket,
+                                                      self.options.gpu_resource_names)
+        return LocalSource(self._open_collector)
+
+    def _open_collector(self) -> "NodeCollector":
+        require("pynvml")  # a missing package is named, with the command that adds it
+        from .collectors.node import NodeCollector
+        from .nvml.session import NvmlSession
+
         library = self.simulation.library if self.simulation else self.options.nvml_library_path
-        return LocalSource(NodeCollector(
+        return NodeCollector(
             NvmlSession(library),
             disabled=self.options.disabled_collectors,
             proc_root=self.options.proc_root,
-            allocations=allocations,
-        ))
+            allocations=self.allocation_reader,
+        )
 
     def _save_cursor(self, value: str) -> None:
         self.write_persistent_cache(CURSOR, value)
@@ -94,9 +111,10 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def check(self, _instance) -> None:
         snapshot = self._read_node()
         if snapshot is None:
+            self._kubernetes_without_gpus()
             return
         self._report_versions(snapshot)
-        attribution = attribute(snapshot, self._pods(snapshot), self.settings)
+        attribution = attribute(snapshot, self._pods(snapshot.allocations), self.settings)
         healths = {device.index: self._health(device, snapshot) for device in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution)
         self.source.submitted()
@@ -158,7 +176,13 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     # --- Kubernetes -------------------------------------------------------------------
 
-    def _pods(self, snapshot: Snapshot) -> Optional[List[PodInfo]]:
+    def _kubernetes_without_gpus(self) -> None:
+        """No GPU could be read this run. In local mode pod-resources is still read, so that the
+        kubelet service check tells what Kubernetes attribution lacks before the GPUs come back."""
+        if self.kubelet is not None and self.allocation_reader is not None:
+            self._pods(self.allocation_reader.read())
+
+    def _pods(self, allocations: Allocations) -> Optional[List[PodInfo]]:
         """The kubelet's pods (None without Kubernetes or when it can't be read), with the
         kubelet service check saying how both kubelet sources fared."""
         if self.kubelet is None:
@@ -170,8 +194,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         except KubeletError as e:
             problems.append((e.status, f"kubelet: {e}; pods are named from pod-resources alone, "
                                        "without their phase, container IDs or MPS limits"))
-        if snapshot.allocations.source == "error":
-            problems.append(("WARNING", f"pod-resources: {snapshot.allocations.error}; "
+        if allocations.source == "error":
+            problems.append(("WARNING", f"pod-resources: {allocations.error}; "
                                         "GPUs running a compute process count as allocated until it answers"))
         self._kubelet_check(problems)
         return pods
@@ -211,8 +235,10 @@ def _orchestrator_tags(entity: str) -> List[str]:
     return tagger.tag(entity, tagger.ORCHESTRATOR) or []
 
 
-def _scenario(name_or_path: str) -> simulator.Scenario:
+def _scenario(name_or_path: str) -> "Scenario":
+    from .simulator import ScenarioError, load
+
     try:
-        return simulator.load(name_or_path)
-    except simulator.ScenarioError as e:
+        return load(name_or_path)
+    except ScenarioError as e:
         raise ConfigurationError(f"`simulate`: {e}") from e

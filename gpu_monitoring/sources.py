@@ -1,29 +1,42 @@
 """Where a check run gets its Snapshot: NVML in this process, or the node's sidecar."""
 
 import logging
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
-from .collectors import NodeCollector
-from .nvml import LibraryUnavailable
+from .deps import MissingPackage
+from .nvml.errors import LibraryUnavailable
 from .sidecar import protocol
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Event, Snapshot
+
+if TYPE_CHECKING:
+    from .collectors.node import NodeCollector
 
 log = logging.getLogger(__name__)
 
 
 class LocalSource:
-    def __init__(self, collector: NodeCollector):
-        self.collector = collector
+    """NVML in this process. The collector, and pynvml with it, is opened on the first read: a
+    missing package then fails that run like a missing library, and the next run tries again."""
+
+    def __init__(self, open_collector: Callable[[], "NodeCollector"]):
+        self._open = open_collector
+        self.collector: Optional[NodeCollector] = None
 
     def read(self) -> Snapshot:
+        if self.collector is None:
+            try:
+                self.collector = self._open()
+            except MissingPackage as e:
+                raise LibraryUnavailable(str(e)) from None
         return self.collector.collect()
 
     def submitted(self) -> None:
         """Nothing to acknowledge: local events were drained from NVML into this run's snapshot."""
 
     def close(self) -> None:
-        self.collector.close()
+        if self.collector is not None:
+            self.collector.close()
 
 
 class SidecarSource:

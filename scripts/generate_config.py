@@ -1,11 +1,12 @@
-"""Generate conf.yaml.example and gpu_monitoring/config_models/ from assets/configuration/spec.yaml.
+"""Generate the example configuration and gpu_monitoring/config_models/ from assets/configuration/spec.yaml.
 
 The spec is loaded and rendered by Datadog's own configuration tooling (datadog_checks.dev):
 `ConfigSpec` resolves the templates and validates the spec, `ExampleConsumer` renders the example
 file and `ModelConsumer` the pydantic models, as `ddev validate config -s` and
 `ddev validate models -s` do. Only where the files go differs: ddev expects
-`<check>/datadog_checks/<check>/{data,config_models}`, this repository has `conf.yaml.example` at
-its root and the models in `gpu_monitoring/config_models`.
+`<check>/datadog_checks/<check>/{data,config_models}`; this repository has the example in
+`datadog_checks/gpu_monitoring/data/` (where `datadog-agent integration install` takes it from, and
+linked from the root as `conf.yaml.example`) and the models in `gpu_monitoring/config_models`.
 
     python scripts/generate_config.py           # write the files that changed
     python scripts/generate_config.py --check   # write nothing; exit 1 listing stale files
@@ -29,7 +30,7 @@ from datadog_checks.dev.tooling.constants import set_root
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = "gpu_monitoring"
 SPEC = ROOT / "assets" / "configuration" / "spec.yaml"
-EXAMPLE_DIR = ROOT
+EXAMPLE_DIR = ROOT / "datadog_checks" / CHECK / "data"
 MODELS_DIR = ROOT / CHECK / "config_models"
 
 # The files ddev renders once and then leaves to be edited by hand (datadog_checks.dev.tooling.utils,

@@ -12,8 +12,8 @@ import pytest
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring import simulator
-from gpu_monitoring.collectors import NodeCollector
-from gpu_monitoring.nvml import NvmlSession
+from gpu_monitoring.collectors.node import NodeCollector
+from gpu_monitoring.nvml.session import NvmlSession
 
 from .conftest import H100_PCIE_NODE, tag_dict
 

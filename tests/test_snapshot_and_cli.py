@@ -9,8 +9,8 @@ import pytest
 
 from gpu_monitoring import metric_spec, simulator
 from gpu_monitoring.cli import main
-from gpu_monitoring.collectors import NodeCollector
-from gpu_monitoring.nvml import NvmlSession
+from gpu_monitoring.collectors.node import NodeCollector
+from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.snapshot import Snapshot
 
 from .conftest import tag_dict

@@ -1,5 +1,8 @@
-"""Collectors, one per capability, and the node collector that runs them."""
+"""Collectors, one per capability, and the node collector (`node`) that runs them.
 
-from .node import COLLECTOR_NAMES, NodeCollector
+The collectors import pynvml; this package itself does not, so the configuration can name them
+in an Agent without pynvml.
+"""
 
-__all__ = ["COLLECTOR_NAMES", "NodeCollector"]
+COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink",
+                   "memory_errors", "processes", "mig")

@@ -2,7 +2,9 @@
 
 from typing import Dict, Optional, Tuple
 
-from ..nvml import CannotAnswer, Device, GpmSampler
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
+from ..nvml.gpm import GpmSampler
 from .base import Collector, Fields, read, sample_key
 
 

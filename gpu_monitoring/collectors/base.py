@@ -2,8 +2,8 @@
 
 from typing import Callable, Dict, Hashable, Iterable, Optional, Tuple
 
-from ..nvml import CannotAnswer, Device
-from ..nvml.device import FieldKey
+from ..nvml.device import Device, FieldKey
+from ..nvml.errors import CannotAnswer
 
 Fields = Dict[FieldKey, float]
 

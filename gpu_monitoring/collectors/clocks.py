@@ -1,7 +1,8 @@
 """Clock speeds, the performance state, and why clocks are held down."""
 
-from ..nvml import CannotAnswer, Device
 from ..nvml.device import CLOCK_EVENT_REASONS as REASONS
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
 from .base import Collector, Fields, read
 
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]

@@ -1,6 +1,7 @@
 """Framebuffer and BAR1 memory."""
 
-from ..nvml import CannotAnswer, Device
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
 from .base import Collector, Fields
 
 

@@ -1,6 +1,6 @@
 """Memory errors: volatile ECC counts, row remapping (Ampere+) and page retirement (older)."""
 
-from ..nvml import Device
+from ..nvml.device import Device
 from .base import Collector, Fields, copy_fields
 
 FIELDS = {

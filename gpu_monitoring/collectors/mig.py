@@ -3,7 +3,8 @@
 import re
 from typing import List, Optional
 
-from ..nvml import CannotAnswer, Device
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
 from ..snapshot import MigInstance
 from .base import Collector, Fields
 

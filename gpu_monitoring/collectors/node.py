@@ -5,8 +5,11 @@ import time
 from typing import Dict, Iterable, List, Optional
 
 from .. import snapshot
-from ..nvml import EventWatcher, GpuLost, NvmlSession, NvmlUninitialized, RawEvent
 from ..nvml.device import Device
+from ..nvml.errors import GpuLost, NvmlUninitialized
+from ..nvml.events import EventWatcher, RawEvent
+from ..nvml.session import NvmlSession
+from . import COLLECTOR_NAMES
 from .activity import Gpm, Utilization
 from .allocations import AllocationReader
 from .base import Collector
@@ -22,8 +25,6 @@ from .thermal import Thermal
 log = logging.getLogger(__name__)
 
 IDENTITY = ("uuid", "name", "architecture", "pci_bus_id", "minor_number", "mig_enabled")
-COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink",
-                   "memory_errors", "processes", "mig")
 
 
 class NodeCollector:

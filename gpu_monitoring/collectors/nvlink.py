@@ -1,6 +1,6 @@
 """NVLink state, throughput and error counters, all from the batched field values."""
 
-from ..nvml import Device
+from ..nvml.device import Device
 from .base import Collector, CounterRates, Fields, copy_fields
 
 ERRORS = {

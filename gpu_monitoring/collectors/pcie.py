@@ -1,6 +1,7 @@
 """PCIe throughput, replays and link training."""
 
-from ..nvml import CannotAnswer, Device
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
 from .base import Collector, CounterRates, Fields, copy_fields, read
 
 BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]

@@ -4,7 +4,8 @@ import logging
 from typing import Dict, Optional, Tuple
 
 from ..kube.procfs import process_name, process_owner
-from ..nvml import CannotAnswer, Device
+from ..nvml.device import Device
+from ..nvml.errors import CannotAnswer
 from ..snapshot import Process
 from .base import Collector, Fields, sample_key
 

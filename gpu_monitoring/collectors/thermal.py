@@ -1,6 +1,6 @@
 """Temperatures, fans, power and energy."""
 
-from ..nvml import Device
+from ..nvml.device import Device
 from .base import Collector, Fields, copy_fields, read
 
 

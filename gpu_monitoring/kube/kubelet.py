@@ -223,7 +223,9 @@ def _http_wrapper(ca_path: Optional[str], tls_verify: bool, timeout: float) -> R
     http = RequestsWrapper(options, {}, logger=log)
     # Kubelet serving certificates come from the cluster CA or are self-signed; neither names
     # issuer URLs to fetch, so chasing them would only add a connection and an error log per failure.
-    http.aia_chasing_max_depth = 0
+    # Older bases (37.x, in Agents 7.72 and later) have no such setting: they always chase.
+    if hasattr(http, "aia_chasing_max_depth"):
+        http.aia_chasing_max_depth = 0
     return http
 
 

@@ -3,13 +3,14 @@
 The Agent ships protobuf 3.x through 7.x, and generated code only runs on the major it was
 generated for, so the response is decoded here straight from the protobuf wire format. Only the
 fields attribution needs are read; every other field, known to newer kubelets or not, is skipped.
+grpcio is imported on the first call: the Agent does not ship it, and only local mode calls.
 """
 
 import os
+from types import ModuleType
 from typing import Iterable, Iterator, List, Tuple
 
-import grpc
-
+from ..deps import MissingPackage, require
 from ..snapshot import Allocation
 from .device_ids import DEFAULT_RESOURCES, matches_resource
 
@@ -24,7 +25,7 @@ _MAX_VARINT_BYTES = 10
 
 
 class PodResourcesError(Exception):
-    """The List call failed. `reason` is one of missing, unimplemented, rate_limited, timeout,
+    """The List call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, timeout,
     unavailable, invalid, error; the message says what happened and what to do about it."""
 
     def __init__(self, message: str, reason: str) -> None:
@@ -37,6 +38,7 @@ def list_allocations(
 ) -> List[Allocation]:
     """Every device of a resource matching one of the globs, as the kubelet's socket lists them now."""
     patterns = tuple(resource_patterns)
+    grpc = _grpc()
     if not os.path.exists(socket_path):
         raise PodResourcesError(
             f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
@@ -44,7 +46,7 @@ def list_allocations(
             "or set pod_resources_socket to where the kubelet serves it",
             "missing",
         )
-    payload = _call_list(socket_path, timeout)
+    payload = _call_list(grpc, socket_path, timeout)
     try:
         allocations = decode_allocations(payload)
     except PodResourcesError as error:
@@ -56,7 +58,14 @@ def list_allocations(
     return [allocation for allocation in allocations if matches_resource(allocation.resource_name, patterns)]
 
 
-def _call_list(socket_path: str, timeout: float) -> bytes:
+def _grpc() -> ModuleType:
+    try:
+        return require("grpc")
+    except MissingPackage as e:
+        raise PodResourcesError(str(e), "no_grpc") from None
+
+
+def _call_list(grpc: ModuleType, socket_path: str, timeout: float) -> bytes:
     options = [("grpc.max_receive_message_length", _MAX_RESPONSE_BYTES)]
     with grpc.insecure_channel("unix://" + os.path.abspath(socket_path), options=options) as channel:
         # No serializers: the empty request is b"" and the answer is decoded after the call, so a
@@ -65,10 +74,10 @@ def _call_list(socket_path: str, timeout: float) -> bytes:
         try:
             return call(b"", timeout=timeout)
         except grpc.RpcError as error:
-            raise _rpc_failure(error, socket_path, timeout) from error
+            raise _rpc_failure(grpc, error, socket_path, timeout) from error
 
 
-def _rpc_failure(error: grpc.RpcError, socket_path: str, timeout: float) -> PodResourcesError:
+def _rpc_failure(grpc: ModuleType, error: Exception, socket_path: str, timeout: float) -> PodResourcesError:
     code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
     where = f"kubelet pod-resources API at {socket_path}"

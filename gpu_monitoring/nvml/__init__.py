@@ -1,21 +1,6 @@
-"""The only layer that imports pynvml: sessions, devices, GPM samplers and event sets."""
+"""The only layer that imports pynvml: sessions (`session`), devices (`device`), GPM samplers
+(`gpm`), event sets (`events`) and what they raise (`errors`).
 
-from .device import Device
-from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NoNewSamples, NvmlError, NvmlUninitialized
-from .events import EventWatcher, RawEvent
-from .gpm import GpmSampler
-from .session import NvmlSession
-
-__all__ = [
-    "CannotAnswer",
-    "Device",
-    "EventWatcher",
-    "GpmSampler",
-    "GpuLost",
-    "LibraryUnavailable",
-    "NoNewSamples",
-    "NvmlError",
-    "NvmlSession",
-    "NvmlUninitialized",
-    "RawEvent",
-]
+Its modules are imported by name, not through this package, so that `errors` (which needs no
+pynvml) can be imported in an Agent that does not have pynvml: sidecar mode runs there.
+"""

@@ -8,9 +8,10 @@ import time
 from typing import Any, Dict, Optional
 
 from .. import __version__
-from ..collectors import NodeCollector
 from ..collectors.allocations import AllocationReader
-from ..nvml import NvmlError, NvmlSession
+from ..collectors.node import NodeCollector
+from ..nvml.errors import NvmlError
+from ..nvml.session import NvmlSession
 from . import protocol
 from .journal import Journal, JournalLockedError
 from .pump import EventPump

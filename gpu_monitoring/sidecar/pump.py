@@ -4,7 +4,9 @@ import logging
 import threading
 from typing import Any, Dict
 
-from ..nvml import EventWatcher, NvmlError, NvmlSession, RawEvent
+from ..nvml.errors import NvmlError
+from ..nvml.events import EventWatcher, RawEvent
+from ..nvml.session import NvmlSession
 from .journal import Journal
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,35 @@
+"""Local mode's packages that the Agent does not ship, imported only where they are needed.
+
+Sidecar mode runs on the Agent's own Python; local mode needs NVML's bindings (and gRPC for the
+kubelet's pod-resources API). A missing one is reported with the command that adds it.
+"""
+
+import importlib
+from types import ModuleType
+
+from .__about__ import DEPS
+
+AGENT_PIP = "/opt/datadog-agent/embedded/bin/pip"
+AGENT_CONSTRAINTS = "/opt/datadog-agent/final_constraints-py3.txt"
+
+
+class MissingPackage(ImportError):
+    """A package local mode needs is not installed; the message says which and how to add it."""
+
+
+def require(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingPackage(missing_message(module, e)) from None
+
+
+def install_command(module: str) -> str:
+    """The command that adds `module`'s package to the Agent, held to the Agent's own pins."""
+    return f"sudo -Hu dd-agent {AGENT_PIP} install --constraint {AGENT_CONSTRAINTS} '{DEPS[module]}'"
+
+
+def missing_message(module: str, error: ImportError) -> str:
+    package = DEPS[module].split("==")[0]
+    return (f"the Python package {package} (module {module}) cannot be imported ({error}); local mode needs it, "
+            f"sidecar mode does not. Add it to the Agent with: {install_command(module)}")
