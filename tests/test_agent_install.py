@@ -191,3 +191,10 @@ def _rewrite_wheel(source, directory, drop=None, prepend=None):
             copy.writestr(item, data)
     return target
 
+
+
+def test_the_readme_gives_the_pinned_local_mode_packages():
+    readme = (agent.ROOT / "README.md").read_text()
+    for requirement in __about__.DEPS.values():
+        assert f"'{requirement}'" in readme
+    assert f"datadog_gpu_monitoring-{__about__.__version__}-py3-none-any.whl" in readme
