@@ -198,3 +198,14 @@ def test_the_readme_gives_the_pinned_local_mode_packages():
     for requirement in __about__.DEPS.values():
         assert f"'{requirement}'" in readme
     assert f"datadog_gpu_monitoring-{__about__.__version__}-py3-none-any.whl" in readme
+
+
+def test_the_sidecar_without_nvml_bindings_says_what_to_install(installed, tmp_path):
+    # The Agent's Python has the wheel but not its `deps` extra: the sidecar needs that extra.
+    result = subprocess.run(
+        [str(agent.python(installed.root)), "-m", "gpu_monitoring.cli", "sidecar", "--socket",
+         str(tmp_path / "sidecar.sock"), "--journal", str(tmp_path / "journal")],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "nvidia-ml-py is not installed" in result.stderr and "datadog-gpu-monitoring[deps]" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Optional
 
+from ..deps import MissingPackage, require
 from . import protocol
 
 DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -30,6 +31,12 @@ def add_parsers(commands) -> None:
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
+    try:
+        require("pynvml")
+    except MissingPackage as e:
+        sys.stderr.write(f"gpu-monitoring sidecar: {e.package} is not installed: the sidecar needs the "
+                         "package's `deps` extra (pip install 'datadog-gpu-monitoring[deps]')\n")
+        return 2
     from ..simulator import ScenarioError, SimClock, SimulatedNvml, load
     from ..simulator.node import SimulatedNode
     from .app import Sidecar
