@@ -1,7 +1,7 @@
 """The values files for the Datadog chart (deploy/helm/datadog-values*.yaml), sidecar mode and local
-mode: the check instance each configures, read by the check's own parser; the Agent pod fields they
-add, validated against the Kubernetes JSON schemas; paths that match the sidecar chart's and the
-product's defaults."""
+mode, as files: the check instance each configures, read by the check's own parser; the Agent pod
+fields they add, validated against the Kubernetes JSON schemas; paths that match the sidecar chart's
+and the product's defaults. What the official chart makes of them: tests/test_official_chart.py."""
 
 import posixpath
 from typing import Any, Dict, Tuple
@@ -13,7 +13,8 @@ from gpu_monitoring import config
 from gpu_monitoring.sidecar import protocol
 
 from .deploy_support import (
-    DEPLOY,
+    DATADOG_VALUES,
+    DATADOG_VALUES_LOCAL,
     GPU_TOLERATION,
     K8S_VERSIONS,
     POD_RESOURCES_HOST_DIR,
@@ -21,9 +22,6 @@ from .deploy_support import (
     chart_values,
     validate,
 )
-
-DATADOG_VALUES = DEPLOY / "helm" / "datadog-values.yaml"
-DATADOG_VALUES_LOCAL = DEPLOY / "helm" / "datadog-values-local.yaml"
 
 
 def check_instance(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -52,7 +50,7 @@ def agent_pod(values: Dict[str, Any]) -> Dict[str, Any]:
 def values_mount(values: Dict[str, Any], path: str) -> Tuple[Dict, Dict]:
     """The Agent volumeMount holding `path` in a Datadog values file, and its volume."""
     agents = values["agents"]
-    for mount in agents["volumeMounts"]:
+    for mount in agents.get("volumeMounts", []):
         root = mount["mountPath"].rstrip("/")
         if path.startswith(root + "/"):
             (volume,) = [v for v in agents["volumes"] if v["name"] == mount["name"]]
@@ -73,7 +71,7 @@ def test_datadog_values_sidecar_mode():
 
     image = values["agents"]["image"]
     assert image["repository"] and isinstance(image["tag"], str) and image["tag"]
-    assert image["doNotCheckTag"] is True
+    assert "doNotCheckTag" not in image
 
     # The host socket directory, mounted at the same path as in the sidecar.
     mount, volume = values_mount(values, instance["sidecar_socket"])
@@ -94,18 +92,19 @@ def test_datadog_values_local_mode():
     assert instance["proc_root"] == "/host/proc"
     assert "sidecar_socket" not in instance
 
-    mount, volume = values_mount(values, instance["pod_resources_socket"])
-    assert volume["hostPath"]["path"] == POD_RESOURCES_HOST_DIR
-    assert mount["readOnly"] is True
-    assert instance["pod_resources_socket"] == mount["mountPath"] + "/kubelet.sock"
+    # The chart's own pod-resources mount (datadog.gpuMonitoring) has the host path in the container.
+    assert instance["pod_resources_socket"] == POD_RESOURCES_HOST_DIR + "/kubelet.sock"
+    assert "volumeMounts" not in values["agents"] and "volumes" not in values["agents"]
 
     gpu = values["datadog"]["gpuMonitoring"]
     assert gpu["enabled"] is True and gpu["runtimeClassName"] == "nvidia"
     env = {e["name"]: e["value"] for e in values["agents"]["containers"]["agent"]["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    # The chart sets NVIDIA_VISIBLE_DEVICES itself once gpuMonitoring is on.
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
 
     image = values["agents"]["image"]
-    assert image["repository"] and image["tag"] and image["doNotCheckTag"] is True
+    assert image["repository"] and image["tag"] and "doNotCheckTag" not in image
     assert GPU_TOLERATION in values["agents"]["tolerations"]
     (term,) = values["agents"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"

@@ -4,11 +4,11 @@
 # Build from the repository root (the build context must be the repository root):
 #
 #   docker build -f deploy/docker/sidecar.Dockerfile \
-#       -t registry.example.com/gpu-monitoring-sidecar:0.1.0 .
+#       -t registry.example.com/gpu-monitoring-sidecar:0.2.0 .
 #
 # Try it without a GPU:
 #
-#   docker run -d --name gpu-sidecar registry.example.com/gpu-monitoring-sidecar:0.1.0 --simulate dgx-h100
+#   docker run -d --name gpu-sidecar registry.example.com/gpu-monitoring-sidecar:0.2.0 --simulate dgx-h100
 #   docker exec gpu-sidecar gpu-monitoring healthz --socket /var/run/gpu-monitoring/sidecar.sock
 #
 # libnvidia-ml is not in the image: the NVIDIA container runtime mounts the host driver's copy.
@@ -18,11 +18,12 @@ FROM python:3.12-slim AS builder
 WORKDIR /src
 COPY setup.py pyproject.toml README.md ./
 COPY gpu_monitoring ./gpu_monitoring
+COPY datadog_checks ./datadog_checks
 RUN python -m pip wheel --no-cache-dir --no-deps -w /dist .
 
 # --- runtime ---
 FROM python:3.12-slim
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.title="gpu-monitoring-sidecar" \
       org.opencontainers.image.description="Node sidecar for the gpu_monitoring Datadog Agent check: owns NVML, journals GPU events, serves snapshots on a unix socket" \
       org.opencontainers.image.version="${VERSION}" \
@@ -34,16 +35,20 @@ ENV PATH=/opt/gpu-monitoring/bin:$PATH \
     NVIDIA_DRIVER_CAPABILITIES=utility
 
 COPY --from=builder /dist/ /tmp/wheels/
+# The `deps` extra: the sidecar owns NVML (nvidia-ml-py) and reads the kubelet's pod-resources API
+# (grpcio), which the package itself does not require (the Agent's sidecar mode needs neither).
 RUN set -eu; \
+    set -- /tmp/wheels/datadog_gpu_monitoring-*.whl; \
     python -m venv /opt/gpu-monitoring; \
-    /opt/gpu-monitoring/bin/pip install --no-cache-dir /tmp/wheels/datadog_gpu_monitoring-*.whl; \
+    /opt/gpu-monitoring/bin/pip install --no-cache-dir "$1[deps]"; \
     rm -rf /tmp/wheels; \
     groupadd --system --gid 10001 gpu-monitoring; \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin gpu-monitoring; \
     install -d -o 10001 -g 10001 -m 0755 /var/run/gpu-monitoring; \
     install -d -o 10001 -g 10001 -m 0700 /var/lib/gpu-monitoring; \
-    gpu-monitoring sidecar --help >/dev/null
+    gpu-monitoring sidecar --help >/dev/null; \
+    python -c "import pynvml, grpc"
 
 USER 10001:10001
 ENTRYPOINT ["gpu-monitoring", "sidecar"]
