@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from .sidecar import command as sidecar_command
+from .summary import summary_lines
 
 STATUS_NAMES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
 DEFAULT_INTERVAL = 15
@@ -130,9 +131,10 @@ def _report(aggregator, previous: Dict[Tuple, float]) -> Dict[str, list]:
 
 
 def _short_tags(tags: List[str]) -> str:
-    keep = ("gpu_index:", "gpu_instance_id:", "mig_profile:", "gpu_slicing_mode:", "xid:", "kube_namespace:",
-            "pod_name:", "pid:", "process_name:")
-    return ",".join(t for t in tags if t.startswith(keep))
+    keep = ("gpu_index:", "gpu_instance_id:", "gpu_mig_profile:", "gpu_slicing_mode:", "gpu_sharing_mode:", "xid:",
+            "kube_namespace:", "pod_name:", "pid:", "process_name:")
+    # A mode is worth a column only where a GPU is sliced or shared.
+    return ",".join(t for t in tags if t.startswith(keep) and not t.endswith("_mode:none"))
 
 
 def _table(report: Dict[str, list]) -> str:
@@ -147,6 +149,8 @@ def _table(report: Dict[str, list]) -> str:
     ]
     lines.append(f"\n=== Events ({len(report['events'])}) ===")
     lines += [f"[{e['alert_type']}] {e['title']}\n    {e['text'].splitlines()[-1]}" for e in report["events"]]
+    # Last, where a terminal leaves it in view: the GPUs, the node's cost and the workloads'.
+    lines += ["", *summary_lines(report)]
     return "\n".join(lines)
 
 

@@ -55,7 +55,7 @@ TEMPLATE_VARIABLES = {
     "host": "host",
     "cluster": "kube_cluster_name",
     "namespace": "kube_namespace",
-    "gpu_model": "gpu_model",
+    "gpu_device": "gpu_device",
     "gpu_uuid": "gpu_uuid",
 }
 
@@ -181,7 +181,7 @@ def metric_tag_keys(emitted) -> Dict[str, Set[str]]:
     Device, MIG, process, workload and XID series are tagged by one builder per scope (metrics.yaml's
     `scope`), so a key seen on one metric of a scope applies to all of them: a scenario only shows
     pod tags where a pod holds a GPU with that feature. Node series are tagged one by one
-    (devices.count with the instance's tags, fleet.* with gpu_model), so they are taken per metric.
+    (devices.count with the instance's tags, fleet.* with gpu_device), so they are taken per metric.
     """
     by_scope = defaultdict(set)
     for name, keys in emitted.metrics.items():

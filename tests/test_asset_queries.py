@@ -41,8 +41,10 @@ def test_the_scenarios_show_every_scope_and_service_check(emitted):
     scopes = {SPEC[name[len(NAMESPACE):]].scope for name in emitted.metrics}
     assert scopes == {metric.scope for metric in SPEC.values()}
     assert {"pod_name", "kube_namespace", "xid_action"} <= emitted.metrics[NAMESPACE + "xid_errors"]
-    assert {"gpu_parent_uuid", "mig_profile"} <= emitted.metrics[NAMESPACE + "memory.used"]
-    assert {"mps", "time_slicing", "mig"} <= emitted.values["gpu_slicing_mode"]
+    assert {"gpu_parent_uuid", "gpu_mig_profile"} <= emitted.metrics[NAMESPACE + "memory.used"]
+    # The values of the Agent's own gpu check, so one filter selects the same GPUs in both.
+    assert emitted.values["gpu_slicing_mode"] == {"none", "mig", "mig-parent"}
+    assert emitted.values["gpu_sharing_mode"] == {"none", "time_slicing", "mps"}
     assert set(emitted.service_checks) == set(SERVICE_CHECKS)
 
 
@@ -89,6 +91,7 @@ def test_filtered_tag_values_are_ones_the_check_submits(emitted):
         "xid_origin": {x.origin for x in xid.CATALOG.values()} | {"unknown"},
         "xid": {str(code) for code in xid.CATALOG},
         "gpu_slicing_mode": emitted.values["gpu_slicing_mode"],
+        "gpu_sharing_mode": emitted.values["gpu_sharing_mode"],
     }
     for where, ref, _, _ in _all_refs():
         for key, values in ref.filter_values.items():

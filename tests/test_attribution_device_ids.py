@@ -84,8 +84,10 @@ def test_each_shape_maps_to_its_gpu_or_instance(node, scenario):
     }
     assert instance_workloads(gke, "workload.gpus") == pytest.approx({(2, 1, "gke-mig"): 3 / 7})
     assert funnel(gke)["allocated"] == 5
-    modes = {int(tag_dict(s.tags)["gpu_index"]): tag_dict(s.tags)["gpu_slicing_mode"] for s in gke.health().values()}
-    assert modes == {0: "none", 1: "time_slicing", 2: "mig_parent", 3: "none", 4: "none"}
+    modes = {int(tags["gpu_index"]): (tags["gpu_slicing_mode"], tags["gpu_sharing_mode"])
+             for tags in (tag_dict(s.tags) for s in gke.health().values())}
+    assert modes == {0: ("none", "none"), 1: ("none", "time_slicing"), 2: ("mig-parent", "none"),
+                     3: ("none", "none"), 4: ("none", "none")}
     # Exclusive GPUs and the held MIG instance carry their pod; the time-shared GPU does not.
     pods = {int(tag_dict(s.tags)["gpu_index"]): pod_tags(s.tags).get("pod_name") for s in gke.series("memory.used")
             if "gpu_instance_id" not in tag_dict(s.tags)}

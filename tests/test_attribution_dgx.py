@@ -72,7 +72,7 @@ def test_the_fleet_funnel(dgx):
     assert [s.value for s in dgx.series("devices.count")] == [8]
     for stage in ("total", "allocated", "active", "effective"):
         (stub,) = dgx.series(f"fleet.devices.{stage}")
-        assert stub.tags == ["gpu_model:NVIDIA H100 80GB HBM3"]
+        assert stub.tags == ["gpu_device:nvidia_h100_80gb_hbm3"]
     kubelet = kubelet_check()
     assert kubelet.status == AgentCheck.OK and not kubelet.message
 
@@ -142,8 +142,8 @@ def test_workload_metrics_carry_device_and_pod_tags(dgx):
         tags = tag_dict(stub.tags)
         index = int(tags["gpu_index"])
         assert pod_tags(stub.tags) == expected_pod_tags(dgx, index)
-        assert tags["gpu_slicing_mode"] == "none"
-        assert tags["gpu_uuid"].startswith("GPU-")
+        assert (tags["gpu_slicing_mode"], tags["gpu_sharing_mode"]) == ("none", "none")
+        assert tags["gpu_uuid"].startswith("gpu-")
 
 
 def test_process_metrics_carry_pid_name_and_pod(dgx):
@@ -180,7 +180,8 @@ def test_costs(dgx):
 
 
 def test_no_price_no_cost_metrics(node):
-    dgx = node("dgx-h100").run()
+    # An instance's hourly_price replaces the scenario's prices: none at all here.
+    dgx = node("dgx-h100", hourly_price={}).run()
     for metric in ("cost.hourly", "cost.idle_hourly", "workload.cost.hourly", "workload.cost.idle_hourly"):
         assert dgx.series(metric) == [], metric
 
@@ -190,7 +191,7 @@ def test_no_price_no_cost_metrics(node):
     [
         ({"hourly_price": {"NVIDIA H100*": 4.0, "NVIDIA H100 80GB HBM3": 5.5}}, 5.5),  # the exact name wins
         ({"hourly_price": {"NVIDIA A100*": 3.0}, "default_hourly_price": 2.5}, 2.5),  # no model matches
-        ({"default_hourly_price": 1.25}, 1.25),
+        ({"hourly_price": {}, "default_hourly_price": 1.25}, 1.25),
     ],
 )
 def test_price_lookup(node, options, price):

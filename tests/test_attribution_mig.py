@@ -56,9 +56,9 @@ def test_workload_tags_name_the_instance_and_the_pod(a100):
         if "gpu_instance_id" not in tags:
             continue
         pod, namespace, container, profile, _ = INSTANCES[(int(tags["gpu_index"]), int(tags["gpu_instance_id"]))]
-        assert tags["mig_profile"] == profile
+        assert tags["gpu_mig_profile"] == profile
         assert tags["gpu_slicing_mode"] == "mig"
-        assert tags["gpu_uuid"].startswith("MIG-") and tags["gpu_parent_uuid"].startswith("GPU-")
+        assert tags["gpu_uuid"].startswith("mig-") and tags["gpu_parent_uuid"].startswith("gpu-")
         assert pod_tags(stub.tags) == {
             "pod_name": pod,
             "kube_namespace": namespace,
@@ -75,7 +75,7 @@ def test_the_legacy_mig_id_resolves(a100):
     assert legacy.resource_name == "nvidia.com/mig-1g.10gb"
     (stub,) = [s for s in a100.series("workload.gpus") if pod_tags(s.tags).get("pod_name") == "batch-embed"]
     tags = tag_dict(stub.tags)
-    assert (tags["gpu_index"], tags["gpu_instance_id"], tags["gpu_parent_uuid"]) == ("1", "13", parent_uuid)
+    assert (tags["gpu_index"], tags["gpu_instance_id"], tags["gpu_parent_uuid"]) == ("1", "13", parent_uuid.lower())
     assert a100.check.warnings == []
 
 
@@ -99,7 +99,7 @@ def test_held_instances_carry_their_pod_and_parents_none(a100):
             key = (int(tags["gpu_index"]), int(tags["gpu_instance_id"]))
             expected = INSTANCES[key][0] if key in INSTANCES else None
             assert pod_tags(stub.tags).get("pod_name") == expected, stub.tags
-        elif tags["gpu_slicing_mode"] == "mig_parent":
+        elif tags["gpu_slicing_mode"] == "mig-parent":
             # Several pods share a MIG parent: its own series name none of them.
             assert pod_tags(stub.tags) == {}, stub.tags
         else:

@@ -12,14 +12,15 @@ BUSY = [0, 1, 2, 3, 4, 6]
 IDLE = [5, 7]
 IDLE_W, LIMIT_W = 72, 700
 SLOWDOWN_C = 90
+# Lowercase, as the Agent's gpu check tags them (the scenario writes them as NVML does).
 PCI_BUS_IDS = [
-    "00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
-    "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0",
+    "00000000:18:00.0", "00000000:2a:00.0", "00000000:3a:00.0", "00000000:5d:00.0",
+    "00000000:9a:00.0", "00000000:ab:00.0", "00000000:ba:00.0", "00000000:db:00.0",
 ]
 GPM = ["sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp64_active", "fp32_active", "fp16_active",
        "graphics_active"]
-DESIGN_TAGS = {"gpu_uuid", "gpu_index", "gpu_model", "gpu_architecture", "gpu_driver_version", "gpu_pci_bus_id",
-               "gpu_slicing_mode"}
+DESIGN_TAGS = {"gpu_uuid", "gpu_parent_uuid", "gpu_index", "gpu_device", "gpu_architecture", "gpu_driver_version",
+               "gpu_pci_bus_id", "gpu_slicing_mode", "gpu_sharing_mode"}
 
 
 @pytest.fixture
@@ -251,12 +252,14 @@ def test_device_tags(dgx, aggregator):
         tags = tag_dict(stub.tags)
         assert DESIGN_TAGS <= set(tags), (stub.name, stub.tags)
         index = int(tags["gpu_index"])
-        assert tags["gpu_model"] == "NVIDIA H100 80GB HBM3"
+        assert tags["gpu_device"] == "nvidia_h100_80gb_hbm3"
         assert tags["gpu_architecture"] == "hopper"
         assert tags["gpu_driver_version"] == "550.90.07"
-        assert tags["gpu_slicing_mode"] == "none"
+        assert (tags["gpu_slicing_mode"], tags["gpu_sharing_mode"]) == ("none", "none")
         assert tags["gpu_pci_bus_id"] == PCI_BUS_IDS[index]
-        assert tags["gpu_uuid"].startswith("GPU-")
+        assert tags["gpu_uuid"].startswith("gpu-")
+        # A whole GPU is its own parent, as in the Agent's gpu check.
+        assert tags["gpu_parent_uuid"] == tags["gpu_uuid"]
         if index in HOLDERS:
             # Exactly one container holds the GPU: its series carry that container's pod tags too.
             assert set(tags) == DESIGN_TAGS | POD_TAGS, (stub.name, stub.tags)

@@ -58,8 +58,8 @@ def test_lost_gpu_is_critical_while_the_others_report(faults, aggregator):
     # ...but it is still counted and still named by its tags.
     aggregator.assert_metric("gpu_monitoring.devices.count", value=6)
     lost = faults.health()[2]
-    assert tag_dict(lost.tags)["gpu_model"] == "NVIDIA H100 PCIe"
-    assert tag_dict(lost.tags)["gpu_uuid"].startswith("GPU-")
+    assert tag_dict(lost.tags)["gpu_device"] == "nvidia_h100_pcie"
+    assert tag_dict(lost.tags)["gpu_uuid"].startswith("gpu-")
     assert faults.values("utilization.gpu")[1] > 50
 
 
@@ -278,7 +278,7 @@ def test_gpu_lost_before_it_was_ever_read(more_faults, aggregator):
     aggregator.assert_metric("gpu_monitoring.devices.count", value=6)
     more_faults.run_until(30)
     assert more_faults.statuses()[5] == OK
-    assert tag_dict(more_faults.health()[5].tags)["gpu_uuid"].startswith("GPU-")
+    assert tag_dict(more_faults.health()[5].tags)["gpu_uuid"].startswith("gpu-")
     assert 5 in more_faults.values("temperature")
 
 
@@ -307,7 +307,7 @@ def test_xid_on_a_mig_instance(more_faults, aggregator):
     assert event["msg_title"].startswith("XID 31 on GPU 4")
     assert "GPU instance 1" in event["msg_text"]
     assert event["alert_type"] == "warning"
-    assert "gpu_slicing_mode:mig_parent" in event["tags"]
+    assert "gpu_slicing_mode:mig-parent" in event["tags"]
 
 
 def test_xids_after_a_driver_reload_are_still_seen(more_faults, aggregator):

@@ -117,6 +117,9 @@ def test_healthy_and_quiet(node, caplog, aggregator, datadog_agent):
         assert "gpu_driver_version:470.256.02" in stub.tags
     architectures = {t for s in legacy.series("temperature") for t in s.tags if t.startswith("gpu_architecture:")}
     assert architectures == {"gpu_architecture:volta", "gpu_architecture:pascal"}
+    # Product names as the Agent's gpu check tags them: lowercase, `_` for spaces, dashes kept.
+    devices = {t for s in legacy.series("temperature") for t in s.tags if t.startswith("gpu_device:")}
+    assert devices == {"gpu_device:tesla_v100-sxm2-32gb", "gpu_device:quadro_p4000"}
     datadog_agent.assert_metadata(
         legacy.check.check_id,
         {"driver_version": "470.256.02", "nvml_version": "11.470.256.02", "cuda_driver_version": "11.4"},

@@ -56,7 +56,7 @@ def test_instance_tags(node):
             parents[int(tags["gpu_index"])] = tags
     assert parents[2]["gpu_slicing_mode"] == "none"
     for index in MIG_GPUS:
-        assert parents[index]["gpu_slicing_mode"] == "mig_parent"
+        assert parents[index]["gpu_slicing_mode"] == "mig-parent"
     assert len({p["gpu_uuid"] for p in parents.values()}) == 4
 
     seen = set()
@@ -67,15 +67,15 @@ def test_instance_tags(node):
         key = (int(tags["gpu_index"]), int(tags["gpu_instance_id"]))
         parent = parents[key[0]]
         seen.add(key)
-        assert tags["mig_profile"] == INSTANCES[key][0]
+        assert tags["gpu_mig_profile"] == INSTANCES[key][0]
         assert tags["gpu_slicing_mode"] == "mig"
         assert tags["gpu_parent_uuid"] == parent["gpu_uuid"]
-        assert tags["gpu_uuid"].startswith("MIG-") and tags["gpu_uuid"] != parent["gpu_uuid"]
-        for name in ("gpu_model", "gpu_architecture", "gpu_driver_version", "gpu_pci_bus_id"):
+        assert tags["gpu_uuid"].startswith("mig-") and tags["gpu_uuid"] != parent["gpu_uuid"]
+        for name in ("gpu_device", "gpu_architecture", "gpu_driver_version", "gpu_pci_bus_id", "gpu_sharing_mode"):
             assert tags[name] == parent[name], name
         assert tags["gpu_architecture"] == "ampere"
         assert tags["gpu_driver_version"] == "535.183.01"
-        # One value per tag name: the parent's UUID and slicing mode are replaced, not repeated.
+        # One value per tag name: the parent's UUID and modes are replaced, not repeated.
         assert len(stub.tags) == len(tags)
     assert seen == set(INSTANCES)
     # Instances get their own UUIDs.
@@ -192,7 +192,7 @@ def test_gpm_per_mig_instance(node, tmp_path):
     graphics = h100.instance_values("graphics_active")
     for key in sm_active:
         assert sm_active[key] < graphics[key] <= 100
-    profiles = {int(tag_dict(s.tags)["gpu_instance_id"]): tag_dict(s.tags)["mig_profile"]
+    profiles = {int(tag_dict(s.tags)["gpu_instance_id"]): tag_dict(s.tags)["gpu_mig_profile"]
                 for s in h100.series("sm_active")}
     assert profiles == {1: "3g.40gb", 5: "1g.10gb"}
     assert h100.instance_values("processes.count") == {(0, 1): 1, (0, 5): 0}
@@ -213,14 +213,14 @@ def test_lost_mig_gpu_keeps_its_slicing_mode_tag(node, tmp_path, aggregator):
     scenario = tmp_path / "lost-mig-gpu.yaml"
     scenario.write_text(LOST_MIG_GPU_SCENARIO)
     h100 = node(scenario).run()
-    assert "gpu_slicing_mode:mig_parent" in h100.health()[1].tags
+    assert "gpu_slicing_mode:mig-parent" in h100.health()[1].tags
     h100.run_until(30)
     lost = h100.health()[1]
     assert lost.status == AgentCheck.CRITICAL
     # The same GPU is the same series: the CRITICAL health check, the XID event and the XID count
     # carry the tags the GPU had while it was healthy (it was in MIG mode when it fell off the bus).
-    assert slicing_mode(lost.tags) == "mig_parent"
+    assert slicing_mode(lost.tags) == "mig-parent"
     (event,) = aggregator.events
-    assert slicing_mode(event["tags"]) == "mig_parent"
+    assert slicing_mode(event["tags"]) == "mig-parent"
     (count,) = h100.series("xid_errors")
-    assert slicing_mode(count.tags) == "mig_parent"
+    assert slicing_mode(count.tags) == "mig-parent"

@@ -134,6 +134,8 @@ def test_same_metrics_as_local_mode(sidecars, scenario):
     if kubelet is not None:
         options = {"kubernetes": True, "kubelet_url": kubelet.url, "kubelet_token_path": kubelet.token_path,
                    "kubelet_ca_path": kubelet.ca_path}
+    # The scenario's prices stand in for the local check's hourly_price: the sidecar's check gets them too.
+    options["hourly_price"] = local.simulated_node.prices()
     runs = {}
     for mode, check in (("sidecar", sidecar_check(sidecar.socket, **options)), ("local", local)):
         _aggregator.reset()

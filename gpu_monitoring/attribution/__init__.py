@@ -12,7 +12,16 @@ from ..snapshot import Device, Snapshot
 from .fleet import DeviceState, device_state, funnel, hourly_price
 from .holders import Holder, PodDirectory, Tagger
 from .targets import resolve_all
-from .workloads import Claims, TargetKey, Workload, build_workloads, claims_by_target, slicing_mode, targets_of
+from .workloads import (
+    Claims,
+    TargetKey,
+    Workload,
+    build_workloads,
+    claims_by_target,
+    sharing_modes,
+    slicing_mode,
+    targets_of,
+)
 
 __all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
 
@@ -26,10 +35,15 @@ class Settings:
 
 @dataclass
 class DeviceView:
-    slicing_mode: str
+    slicing_mode: str  # none | mig-parent
     state: DeviceState
     price: Optional[float]
     holders: Dict[TargetKey, Holder] = field(default_factory=dict)  # exclusive holder of a GPU or MIG instance
+    sharing: Dict[TargetKey, str] = field(default_factory=dict)  # none | time_slicing | mps per target
+
+    def sharing_mode(self, key: TargetKey) -> str:
+        """A MIG parent is no target of its own: nothing shares it."""
+        return self.sharing.get(key, "none")
 
 
 @dataclass
@@ -53,10 +67,11 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
         workloads += device_workloads
         allocated = _held(device, claims) if from_pod_resources else _runs_compute(device)
         views[device.index] = DeviceView(
-            slicing_mode=slicing_mode(device, claims),
+            slicing_mode=slicing_mode(device),
             state=device_state(device, allocated, settings.effective_threshold),
             price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
             holders=_exclusive_holders(device_workloads, claims),
+            sharing=sharing_modes(device, claims),
         )
         process_holders.update(_process_holders(device, directory))
     return Attribution(

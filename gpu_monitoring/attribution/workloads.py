@@ -71,13 +71,22 @@ def targets_of(device: Device) -> List[Tuple[TargetKey, Optional[MigInstance], L
     return [((device.index, None), None, device.processes)]
 
 
-def slicing_mode(device: Device, claims: Dict[TargetKey, Claims]) -> str:
-    if device.mig_enabled:
-        return "mig_parent"
-    if any(p.kind == "mps" or is_mps_server(p) for p in device.processes):
+def slicing_mode(device: Device) -> str:
+    """MIG partitioning only, with the values of the Agent's own gpu check (its MIG instances are
+    `mig`), so that one `gpu_slicing_mode` filter selects the same GPUs in both."""
+    return "mig-parent" if device.mig_enabled else "none"
+
+
+def sharing_modes(device: Device, claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, str]:
+    """How each GPU or MIG instance is shared between containers: the Agent's check has no tag for
+    this, so it is a tag of its own rather than more values of `gpu_slicing_mode`."""
+    return {key: _sharing_mode(processes, claims.get(key)) for key, _, processes in targets_of(device)}
+
+
+def _sharing_mode(processes: List[Process], claims: Optional[Claims]) -> str:
+    if any(p.kind == "mps" or is_mps_server(p) for p in processes):
         return "mps"
-    mine = claims.get((device.index, None))
-    return "time_slicing" if mine and mine.replicated else "none"
+    return "time_slicing" if claims and claims.replicated else "none"
 
 
 def build_workloads(

@@ -20,7 +20,8 @@ given and the GPU processes it runs:
 
 `start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and the
 gRPC socket in a temporary directory and returns the instance options that point the check
-at them.
+at them. A model's `hourly_price` stands in for the instance's `hourly_price`, so that the demo
+shows cost; an instance that sets `hourly_price` replaces the scenario's prices.
 """
 
 import hashlib
@@ -50,20 +51,31 @@ class SimulatedNode:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
         self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
         root = Path(self._directory.name)
-        proc_root = build_proc_root(root / "proc", self._processes())
+        standing_in = {"proc_root": str(build_proc_root(root / "proc", self._processes()))}
+        prices = self.prices()
+        if prices:
+            standing_in["hourly_price"] = prices
         if not (serve_kubernetes and self.pods):
-            return {"kubernetes": "false", "proc_root": str(proc_root)}
+            return dict(standing_in, kubernetes="false")
         self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
         self.kubelet.write_token_file()
         socket_path = str(root / "kubelet.sock")
         self.pod_resources = PodResourcesServer(socket_path, self.allocations()).start()
+        return dict(
+            standing_in,
+            kubernetes="true",
+            kubelet_url=self.kubelet.url,
+            kubelet_token_path=self.kubelet.token_path,
+            kubelet_ca_path=self.kubelet.ca_path,
+            pod_resources_socket=socket_path,
+        )
+
+    def prices(self) -> Dict[str, float]:
+        """US$ per GPU-hour by NVML product name, from the scenario's models."""
         return {
-            "kubernetes": "true",
-            "kubelet_url": self.kubelet.url,
-            "kubelet_token_path": self.kubelet.token_path,
-            "kubelet_ca_path": self.kubelet.ca_path,
-            "pod_resources_socket": socket_path,
-            "proc_root": str(proc_root),
+            device.spec["name"]: float(device.spec["hourly_price"])
+            for device in self.nvml.devices
+            if device.spec.get("hourly_price") is not None
         }
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ from ..health import Health
 from ..metric_spec import SPEC
 from ..snapshot import Device, Process, Snapshot
 from .events import submit_xids
-from .tags import device_tags, merge, mig_tags, process_tags
+from .tags import device_name, device_tags, merge, mig_tags, process_tags
 
 HEALTH_CHECK = "device.health"
 _STATUS = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}
@@ -44,7 +44,7 @@ class Submitter:
 
     def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> dict:
         view = attribution.devices[device.index]
-        own = merge(self.base_tags, device_tags(device, snapshot, view.slicing_mode))
+        own = merge(self.base_tags, device_tags(device, snapshot, view))
         tags = self._held(own, view.holders.get((device.index, None)))
         self.metrics(device.metrics, tags)
         self._cost(view, tags)
@@ -54,7 +54,7 @@ class Submitter:
             self._processes(device.processes, tags, (device.index, None), attribution)
         for instance in device.mig_instances:
             key = (device.index, instance.uuid)
-            instance_own = mig_tags(instance, device, own)
+            instance_own = mig_tags(instance, device, own, view)
             instance_tags = self._held(instance_own, view.holders.get(key))
             self.metrics(instance.metrics, instance_tags)
             self._processes(instance.processes, instance_tags, key, attribution)
@@ -112,6 +112,6 @@ class Submitter:
 
     def _fleet(self, attribution: Attribution) -> None:
         for model, counts in attribution.funnel.items():
-            tags = merge(self.base_tags, [f"gpu_model:{model}"] if model else [])
+            tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
             for stage, count in counts.items():
                 self.check.gauge(f"fleet.devices.{stage}", count, tags=tags)
