@@ -14,7 +14,7 @@ Here an "Agent root" is a folder holding `embedded/` (a Python 3.13 virtualenv w
 `datadog-checks-base[deps]`), `final_constraints-py3.txt` (its `pip freeze`) and `conf.d/`. A
 clean root is built once per base version (`.venv-agent-<version>/`) and copied for each test.
 
-    python -m tests.agent_support      # prints an install transcript and one check run
+    python -m tests.agent_support      # an install transcript, then a run in each mode
 """
 
 import json
@@ -170,8 +170,20 @@ def _run(command: List[str], **kwargs) -> str:
     return result.stdout
 
 
+def _print_run(title: str, report: dict) -> None:
+    run = report["runs"][-1]
+    print(f"# {title}: loaded {report['class']} {report['version']} from {report['module']} "
+          f"(Python {report['python']}); {len(run['metrics'])} series, error: {run['error']}")
+    for check in sorted(run["service_checks"], key=lambda c: c["name"]):
+        print(f"  {check['name']} {check['status']} {check['message'] or ''}".rstrip())
+    for record in report["logs"]:
+        print(f"  log {record['level']}: {record['message']}")
+
+
 if __name__ == "__main__":
     import tempfile
+
+    from .sidecar_support import SidecarProcess
 
     with tempfile.TemporaryDirectory() as tmp:
         base = BASE_VERSIONS[-1]
@@ -180,3 +192,10 @@ if __name__ == "__main__":
         print("\n".join(integration_install(agent, build_wheel(Path(tmp) / "dist"))))
         print("$ ls conf.d/gpu_monitoring.d/")
         print("\n".join(sorted(p.name for p in (agent / "conf.d" / "gpu_monitoring.d").iterdir())))
+        sidecar = SidecarProcess(Path(tmp), "dgx-h100").start()
+        try:
+            _print_run("sidecar mode", run_check(agent, [{"source": "sidecar", "sidecar_socket": sidecar.socket,
+                                                          "kubernetes": False}]))
+        finally:
+            sidecar.stop()
+        _print_run("local mode", run_check(agent, [{"source": "local", "kubernetes": False}], runs=2))
