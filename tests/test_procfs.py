@@ -222,3 +222,80 @@ def test_built_text_looks_like_the_kernels():
 def test_cgroup_text_rejects_what_no_node_shows(options, message):
     with pytest.raises(ValueError, match=message):
         cgroup_text(**options)
+
+
+# Real `/proc/<pid>/cgroup` files of container hosts without Kubernetes, one per runtime, cgroup
+# version and driver, as the threads quoting them show them (IDs kept); where a source gives the
+# layout rather than a file, the file follows it with an ID of its own.
+CGROUP_DATA = os.path.join(os.path.dirname(__file__), "data", "cgroup")
+UBUNTU_DOCKER = "31cb02944da7a12196a193cf0e0f6c226d7c453a1db62e65ba98287593a2ee30"
+V2_DOCKER = "b508e2673897c4f521d858f56dab18e31ddbfc1f83300fb9793c8a4052af8f05"
+CRUN_PODMAN = "a2bc7b153f034b17f358cde43a7f8c7475147e8a0d1b2573c26473244ec44ce4"
+NERDCTL = "3f1a8c52e0b6d9f47a2c81e5b0d3c6f9a4e7b2d1c0f8e5a3b6d9c2f1e4a7b0c3"
+
+CONTAINER_HOST_CASES = [
+    # neuvector/neuvector share/system/cgroup_test.go, TestDockerIDUbuntu
+    ("docker-v1-cgroupfs", UBUNTU_DOCKER),
+    # neuvector/neuvector share/system/cgroup_test.go, TestDockerIDCentOS
+    ("docker-v1-systemd", "9ec39b91f3d70e1beff50a308f77067065ea6be0d91a3378375056cd4422cf3d"),
+    # docker/for-linux#1293: hybrid hierarchy, the unified line left on containerd.service
+    ("docker-v1-hybrid", "a2ffe0e97ac22657a2a023ad628e9df837c38a03b1ebc904d3f6d644eb1a1a81"),
+    # neuvector/neuvector share/system/cgroup_test.go, TestDockerIDRancherOS: docker in docker, inner wins
+    ("docker-v1-nested", "ec08435e04266c5ba381fccbb829f626d11d8ddf5f8f547263c7a2d79ab4787a"),
+    # dalance/procs#236
+    ("docker-v2-systemd", V2_DOCKER),
+    # moby cmd/dockerd/daemon_systemd_unix.go (cgroupfs parent `docker`), docker/docs#11042 (v2 path)
+    ("docker-v2-cgroupfs", V2_DOCKER),
+    # docker/docs#14545: rootless docker's scope under the user's systemd manager
+    ("docker-v2-rootless", V2_DOCKER),
+    # cgroup_namespaces(7): read from another cgroup namespace, `..` per ancestor outside its root
+    ("docker-v2-other-cgroupns", V2_DOCKER),
+    # containers/podman#10602 (its `0::` line is cut off in the thread): systemd's `init.scope` below
+    ("podman-v1-systemd", "2521e906f0a0c758c3a7dc4fd68c197e32e96abb4b36807d0b0ede6d014a7c24"),
+    # falcosecurity/libs#1613: crun's `container` sub-cgroup
+    ("podman-v2-systemd", CRUN_PODMAN),
+    # containers/podman#20423: podman run under root's user manager
+    ("podman-v2-user-manager", "cf21d19260ace8544fe8b769fc2638bf2c0873dfbfff0b6253f0569b26a1d5eb"),
+    # containers/podman#29582: rootless podman
+    ("podman-v2-rootless", CRUN_PODMAN),
+    # containers/podman#13673: a podman pod's slice, and `--cgroups=split` (Quadlet's default) in a service
+    ("podman-v2-pod", "1dadda571b14eefb3158a15d0fff7e0089f9dd92f922679ed0116cccdfe8bb0f"),
+    ("podman-v2-split", "c4e8e0d642078c90dde4a8a65883a7c0bee26f751d7c6a3096dc322519c658d3"),
+    # falcosecurity/plugins#1378: nerdctl on systemd-managed containerd
+    ("nerdctl-v2-systemd", NERDCTL),
+    # containerd/nerdctl#5182: rootless scopes are the user manager's
+    ("nerdctl-v2-rootless", NERDCTL),
+    # containerd/containerd#1617 (`/<namespace>/<id>`), containerd/nerdctl#60 (namespace default, cgroupfs)
+    ("containerd-v1-cgroupfs", NERDCTL),
+    ("containerd-v2-cgroupfs", NERDCTL),
+    ("containerd-v2-k8s-namespace", NERDCTL),
+    # processes of the host, container monitors included: no container
+    ("podman-v2-conmon", None),  # falcosecurity/libs#1613: conmon beside the container it watches
+    ("podman-v2-split-conmon", None),  # containers/podman#13673: `--cgroups=split` puts conmon in `runtime`
+    ("host-v1-all-root", None),  # neuvector/neuvector share/system/cgroup_test.go, TestHostProcess
+    ("host-v2-login-session", None),
+    ("host-v2-service", None),
+    ("host-v2-init", None),
+    ("host-v2-docker-service", None),  # dalance/procs#236: docker-proxy and the shims
+    ("host-v2-podman-unshare", None),  # containers/crun#376: podman's own scope, named after its PID
+    ("host-v2-hex-service", None),  # a unit named with 64 hex digits but no runtime's prefix
+    ("host-v2-uuid-service", None),  # systemd escapes a UUID's dashes in unit names
+]
+
+
+def _proc_root_with_cgroup(tmp_path, case: str, pid: int = 4711) -> str:
+    process = tmp_path / "proc" / str(pid)
+    process.mkdir(parents=True)
+    with open(os.path.join(CGROUP_DATA, f"{case}.cgroup"), encoding="utf-8") as f:
+        (process / "cgroup").write_text(f.read())
+    return str(tmp_path / "proc")
+
+
+@pytest.mark.parametrize("case, container_id", [pytest.param(*case, id=case[0]) for case in CONTAINER_HOST_CASES])
+def test_container_host_process(tmp_path, case, container_id):
+    assert process_owner(_proc_root_with_cgroup(tmp_path, case), 4711) == ProcessOwner(container_id, None)
+
+
+def test_every_cgroup_file_has_a_case():
+    cases = {case for case, _ in CONTAINER_HOST_CASES}
+    assert {name.removesuffix(".cgroup") for name in os.listdir(CGROUP_DATA)} == cases

@@ -10,6 +10,13 @@ container ID, inside a cgroup the kubelet names after the pod UID:
 
 Guaranteed pods have no QoS level (`kubepods-pod<uid>.slice`, `/kubepods/pod<uid>`); CRI-O names
 containers `crio-<id>[.scope]`, docker `docker-<id>.scope` or `/docker/<id>`.
+
+Container hosts without Kubernetes use the same names outside any pod: docker `docker-<id>.scope`
+(in `system.slice`, or a user's `user.slice` when rootless) or `/docker/<id>`; podman
+`libpod-<id>.scope[/container]` (in `machine.slice`, or a pod's `machine-libpod_pod_<pod id>.slice`),
+or `<unit>.service/libpod-payload-<id>` when split from its conmon as Quadlet units are; nerdctl
+`nerdctl-<id>.scope`; containerd's cgroupfs layout `/<namespace>/<id>` (nerdctl's `default`). Only
+64-hex IDs are recognised, so a container `ctr run` was given a name by hand reads as the host's.
 """
 
 import os
@@ -33,9 +40,11 @@ _UID = r"(?P<uid>[0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}|[0-9a-f]{32})
 # The systemd driver may nest kubepods under a root slice (`kubelet-kubepods-...` in kind).
 _POD_SLICE = re.compile(r"(?:.+-)?kubepods(?:-besteffort|-burstable)?-pod" + _UID + r"\.slice")
 _POD_DIR = re.compile("pod" + _UID)
-_CONTAINER = re.compile(r"(?:cri-containerd-|crio-|docker-)?(?P<id>[0-9a-f]{64})(?:\.scope)?")
-# CRI-O's per-container monitor: in the pod's cgroup, yet no process of the container.
-_CONMON = re.compile(r"crio-conmon-[0-9a-f]{64}(?:\.scope)?")
+# A prefix must be a runtime's: a unit such as `backup-<64 hex>.service` is not a container.
+_RUNTIME_PREFIX = r"(?:cri-containerd-|crio-|docker-|libpod-(?:payload-)?|nerdctl-)"
+_CONTAINER = re.compile(_RUNTIME_PREFIX + r"?(?P<id>[0-9a-f]{64})(?:\.scope)?")
+# The per-container monitor of CRI-O and podman: named after the container, yet none of its processes.
+_CONMON = re.compile(r"(?:crio|libpod)-conmon-[0-9a-f]{64}(?:\.scope)?")
 # cgroup v2 marks the cgroup of an exited, not yet reaped process this way.
 _DELETED = " (deleted)"
 
