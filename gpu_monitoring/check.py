@@ -115,7 +115,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             return
         self._report_versions(snapshot)
         attribution = attribute(snapshot, self._pods(snapshot.allocations), self.settings)
-        healths = {device.index: self._health(device, snapshot) for device in snapshot.devices}
+        healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered) for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution)
         self.source.submitted()
         self._report_problems(attribution)
@@ -197,6 +197,12 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         if allocations.source == "error":
             problems.append(("WARNING", f"pod-resources: {allocations.error}; "
                                         "GPUs running a compute process count as allocated until it answers"))
+        elif allocations.advertised_error:
+            # WARNING, as for pod-resources' other failures: the Agent drops an OK check's message,
+            # and shares on shared GPUs are overstated until a kubelet (1.23+) advertises replicas.
+            problems.append(("WARNING", f"pod-resources: {allocations.advertised_error}; shared GPUs are cut "
+                                        "by the replicas pods hold (highest ID + 1), not those the device plugin "
+                                        "advertises, which overstates each pod's share while replicas are free"))
         self._kubelet_check(problems)
         return pods
 
@@ -220,7 +226,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     # --- health -----------------------------------------------------------------------
 
-    def _health(self, device: Device, snapshot: Snapshot) -> health.Health:
+    def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         events = [e for e in snapshot.events if e.device_uuid == device.uuid]
         return health.evaluate(
             device,
@@ -228,6 +234,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             events,
             xid_ignore=self.options.xid_ignore,
             temperature_margin=self.config.temperature_margin,
+            offered=offered,
         )
 
 

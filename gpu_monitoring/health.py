@@ -31,11 +31,17 @@ def evaluate(
     events: Iterable[Event],
     xid_ignore: Iterable[int] = (),
     temperature_margin: float = 5,
+    offered: Optional[bool] = None,
 ) -> Health:
-    """Apply the health rules to one device, given what it read last run and this run's events."""
+    """Apply the health rules to one device, given what it read last run and this run's events.
+
+    `offered` is whether a Kubernetes device plugin advertises the GPU (None: not on Kubernetes, or
+    the kubelet did not say): one it does not is a GPU pods wait for, Pending, while it sits unused."""
     health = Health()
     if device.lost:
         health.add(CRITICAL, f"GPU lost: {device.error}")
+    if offered is False:
+        health.add(WARNING, "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)")
     _events(health, events, set(xid_ignore))
     _memory(health, device, previous)
     _thermal(health, device.metrics, temperature_margin)

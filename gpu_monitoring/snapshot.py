@@ -39,6 +39,14 @@ class Allocation:
 
 
 @dataclass
+class Advertised:
+    """A device ID a device plugin advertises to the kubelet, free or held: every replica of a shared GPU."""
+
+    resource_name: str
+    device_id: str
+
+
+@dataclass
 class Event:
     device_uuid: Optional[str]
     kind: str  # xid | ecc_sbe | ecc_dbe
@@ -90,6 +98,22 @@ class Allocations:
     source: str = "none"  # pod_resources | none (not on Kubernetes or not configured) | error
     error: Optional[str] = None
     items: List[Allocation] = field(default_factory=list)
+    # What the device plugins advertise (GetAllocatableResources); None when the kubelet does not
+    # say (before 1.23, or the call failed), and advertised_error then says why.
+    advertised: Optional[List[Advertised]] = None
+    advertised_error: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, raw: Dict[str, Any]) -> "Allocations":
+        """Fields added since version 1 are optional, so that a check reads an older sidecar's snapshot."""
+        advertised = raw.get("advertised")
+        return cls(
+            source=raw["source"],
+            error=raw.get("error"),
+            items=[Allocation(**a) for a in raw["items"]],
+            advertised=None if advertised is None else [Advertised(**a) for a in advertised],
+            advertised_error=raw.get("advertised_error"),
+        )
 
 
 @dataclass
@@ -121,9 +145,7 @@ class Snapshot:
             node=Node(**raw["node"]),
             devices=[_device(d) for d in raw["devices"]],
             events=[Event(**e) for e in raw["events"]],
-            allocations=Allocations(
-                **dict(raw["allocations"], items=[Allocation(**a) for a in raw["allocations"]["items"]])
-            ),
+            allocations=Allocations.from_dict(raw["allocations"]),
         )
 
 

@@ -7,6 +7,8 @@ import logging
 import pytest
 from datadog_checks.base import AgentCheck
 
+from gpu_monitoring.kube.pod_resources import ALLOCATABLE_METHOD
+
 from .attribution_support import container_id, funnel, kubelet_check, kubelet_pods, pod_tags, processes, workloads
 from .conftest import tag_dict
 
@@ -185,3 +187,55 @@ def test_a_token_the_kubelet_no_longer_takes_is_critical(node):
     server.write_token_file()
     dgx.run()
     assert kubelet_check().status == AgentCheck.OK
+
+
+# --- the device plugin's view ------------------------------------------------------------
+
+NOT_OFFERED = "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)"
+FREE_GPU = 7
+
+
+def allocatable(node):
+    (stub,) = node.series("fleet.devices.allocatable")
+    assert tag_dict(stub.tags)["gpu_device"] == "nvidia_h100_80gb_hbm3"
+    return stub.value
+
+
+def not_offered(node):
+    return {index for index, stub in node.health().items() if NOT_OFFERED in (stub.message or "")}
+
+
+def test_every_gpu_the_plugin_advertises_is_allocatable(node):
+    dgx = node("dgx-h100").run()
+    assert allocatable(dgx) == 8
+    assert not_offered(dgx) == set()
+
+
+def test_a_gpu_the_plugin_stops_advertising_warns(node):
+    dgx = node("dgx-h100")
+    served = dgx.check.simulated_node
+    free_uuid = served.device_id(f"gpu:{FREE_GPU}")
+    served.pod_resources.set_advertised([a for a in served.advertised() if a.device_id != free_uuid])
+    dgx.run()
+    assert allocatable(dgx) == 7
+    assert not_offered(dgx) == {FREE_GPU}
+    assert dgx.health()[FREE_GPU].status == AgentCheck.WARNING
+    # Its metrics keep flowing: only Kubernetes cannot schedule it.
+    assert FREE_GPU in dgx.values("utilization.gpu")
+
+
+def test_a_device_plugin_that_is_down_offers_nothing(node):
+    dgx = node("dgx-h100")
+    dgx.check.simulated_node.pod_resources.set_advertised([])
+    dgx.run()
+    assert allocatable(dgx) == 0
+    assert not_offered(dgx) == set(range(8))
+
+
+def test_without_allocatable_nothing_is_claimed_about_it(node):
+    dgx = node("dgx-h100")
+    dgx.check.simulated_node.pod_resources.set_behaviour("unimplemented", ALLOCATABLE_METHOD)
+    dgx.run()
+    assert dgx.series("fleet.devices.allocatable") == []
+    assert not_offered(dgx) == set()
+    assert funnel(dgx)["allocated"] == 7

@@ -1,12 +1,18 @@
-"""Shared GPUs (scenario t4-shared): GPU 0 time-sliced into 4 replicas, GPU 1 shared through MPS.
+"""Shared GPUs (scenario t4-shared): GPU 0 advertised as 8 time-slicing replicas of which pods hold
+four (::0, ::1, ::2, ::5), GPU 1 shared through MPS in 4 replicas, all held.
 
-Each container holds a quarter of its GPU; the shared GPUs' own series carry no pod (no double
+Each container holds one advertised replica: 1/8 of GPU 0, 1/4 of GPU 1. Without
+GetAllocatableResources (kubelet before 1.23) the count falls back to the highest held ID + 1 (6),
+and the kubelet service check says so. The shared GPUs' own series carry no pod (no double
 counting) while the workload series do; the MPS server serves its clients and is no workload.
 """
 
 import pytest
+from datadog_checks.base import AgentCheck
 
-from .attribution_support import MIB, container_id, funnel, pod_tags, processes, workloads
+from gpu_monitoring.kube.pod_resources import ALLOCATABLE_METHOD
+
+from .attribution_support import MIB, container_id, funnel, kubelet_check, pod_tags, processes, workloads
 from .conftest import tag_dict
 
 T4_PRICE = 0.35
@@ -23,6 +29,9 @@ PODS = {
     "infer-4": (MPS, "model", []),
 }
 IDLE_PODS = {"analytics-d", "infer-4"}
+# What the device plugin advertises per GPU, and what the highest held replica ID implies without it.
+ADVERTISED = {TIME_SLICED: 8, MPS: 4}
+INFERRED = {TIME_SLICED: 6, MPS: 4}
 MEMORY_MIB = {2201: 3100, 2202: 2900, 2203: 1800, 3311: 2100, 3312: 1900, 3313: 1200}
 MPS_SERVER, MPS_DAEMON_POD = 3300, "nvidia-device-plugin-mps-control-daemon-7xk2p"
 
@@ -44,12 +53,31 @@ def test_sharing_modes(t4, aggregator):
     assert modes == {TIME_SLICED: "time_slicing", MPS: "mps"}
 
 
-def test_every_container_holds_a_quarter(t4):
+def test_every_container_holds_one_advertised_replica(t4):
     gpus = workloads(t4, "workload.gpus")
-    assert gpus == {(gpu, pod): 0.25 for pod, (gpu, _, _) in PODS.items()}
-    # The four replicas of each GPU add up to the whole GPU.
-    for gpu in (TIME_SLICED, MPS):
-        assert sum(v for (index, _), v in gpus.items() if index == gpu) == 1
+    assert gpus == {(gpu, pod): 1 / ADVERTISED[gpu] for pod, (gpu, _, _) in PODS.items()}
+    # GPU 1's four replicas are all held; half of GPU 0's are free, and free replicas are no pod's.
+    assert sum(v for (index, _), v in gpus.items() if index == MPS) == 1
+    assert sum(v for (index, _), v in gpus.items() if index == TIME_SLICED) == 0.5
+    check = kubelet_check()
+    assert check.status == AgentCheck.OK and not check.message
+
+
+def test_an_old_kubelet_falls_back_to_the_held_replicas_and_says_so_once(node, caplog):
+    t4 = node("t4-shared")
+    t4.check.simulated_node.pod_resources.set_behaviour("unimplemented", ALLOCATABLE_METHOD)
+    for _ in range(3):
+        t4.run()
+        check = kubelet_check()
+        # WARNING like pod-resources' other failures: the Agent drops an OK check's message.
+        assert check.status == AgentCheck.WARNING
+        assert check.message.count("replicas pods hold") == 1, check.message
+        assert "GetAllocatableResources" in check.message and "Kubernetes 1.23" in check.message
+    assert workloads(t4, "workload.gpus") == {(gpu, pod): 1 / INFERRED[gpu] for pod, (gpu, _, _) in PODS.items()}
+    # Asked once per TTL, not once per run; logged when it changes, not every run.
+    assert t4.check.simulated_node.pod_resources.allocatable_requests == 1
+    degraded = [r for r in caplog.records if "GetAllocatableResources" in r.getMessage()]
+    assert len(degraded) == 1
 
 
 def test_idle_replicas(t4):
@@ -114,11 +142,11 @@ def test_costs(t4):
     assert t4.values("cost.hourly") == {TIME_SLICED: T4_PRICE, MPS: T4_PRICE}
     # Both GPUs do work: neither is idle as a whole.
     assert t4.values("cost.idle_hourly") == {TIME_SLICED: 0.0, MPS: 0.0}
-    quarter = T4_PRICE / 4
+    share = {gpu: T4_PRICE / replicas for gpu, replicas in ADVERTISED.items()}
     assert workloads(t4, "workload.cost.hourly") == pytest.approx(
-        {(gpu, pod): quarter for pod, (gpu, _, _) in PODS.items()})
+        {(gpu, pod): share[gpu] for pod, (gpu, _, _) in PODS.items()})
     assert workloads(t4, "workload.cost.idle_hourly") == pytest.approx(
-        {(gpu, pod): quarter if pod in IDLE_PODS else 0.0 for pod, (gpu, _, _) in PODS.items()})
+        {(gpu, pod): share[gpu] if pod in IDLE_PODS else 0.0 for pod, (gpu, _, _) in PODS.items()})
 
 
 def test_funnel(t4):
@@ -126,3 +154,6 @@ def test_funnel(t4):
     # T4 has no GPM: effective follows utilization.gpu against the threshold of 50 %.
     effective = sum(1 for gpu in (TIME_SLICED, MPS) if utilization[gpu] >= 50)
     assert funnel(t4) == {"total": 2, "allocated": 2, "active": 2, "effective": effective}
+    # Both GPUs are advertised (GPU 0 as 8 replicas, GPU 1 as 4): each counts once.
+    (allocatable,) = t4.series("fleet.devices.allocatable")
+    assert allocatable.value == 2

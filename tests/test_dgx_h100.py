@@ -234,7 +234,7 @@ HOLDERS = {
 }
 POD_TAGS = {"pod_name", "kube_namespace", "kube_container_name", "container_id"}
 NODE_METRICS = {"gpu_monitoring.devices.count"} | {
-    f"gpu_monitoring.fleet.devices.{stage}" for stage in ("total", "allocated", "active", "effective")
+    f"gpu_monitoring.fleet.devices.{stage}" for stage in ("total", "allocatable", "allocated", "active", "effective")
 }
 
 

@@ -13,15 +13,20 @@ from typing import Iterator
 import grpc
 import pytest
 
+from gpu_monitoring.collectors.allocations import ADVERTISED_TTL, AllocationReader
 from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES, DeviceRef, matches_resource, parse_device_id
 from gpu_monitoring.kube.pod_resources import (
+    ALLOCATABLE_METHOD,
     LIST_METHOD,
     Allocation,
     PodResourcesError,
+    decode_allocatable,
     decode_allocations,
+    list_allocatable,
     list_allocations,
 )
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
+from gpu_monitoring.snapshot import Advertised, Allocations, Node, Snapshot
 
 UUID = "GPU-5d5f9d2a-3c1b-4f5e-9a7b-2c8d0e1f2a3b"
 MIG_UUID = "MIG-0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d"
@@ -44,6 +49,17 @@ TRAINING = [
 GPU_ONLY = [a for a in TRAINING if a.resource_name.startswith("nvidia.com/")]
 
 
+# What the device plugins advertise on the node TRAINING runs on: 8 replicas of the shared GPU,
+# the whole second GPU, two MIG instances and another vendor's devices.
+ADVERTISED = (
+    [Advertised("nvidia.com/gpu", "GPU-11111111-2222-3333-4444-555555555555")]
+    + [Advertised("nvidia.com/gpu.shared", f"{UUID}::{n}") for n in range(8)]
+    + [Advertised("nvidia.com/mig-3g.40gb", MIG_UUID), Advertised("nvidia.com/mig-1g.10gb.shared", MIG_UUID + "::1")]
+    + [Advertised("cpu-pinning.example/cores", "0-3"), Advertised("example.com/gpu-vf", "vf-7")]
+)
+ADVERTISED_GPUS = [a for a in ADVERTISED if a.resource_name.startswith("nvidia.com/")]
+
+
 @pytest.fixture
 def socket_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     # A short directory: unix socket paths are limited to 107 bytes, and test names are long.
@@ -52,7 +68,7 @@ def socket_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def server(socket_path: str) -> Iterator[PodResourcesServer]:
-    with PodResourcesServer(socket_path, TRAINING) as running:
+    with PodResourcesServer(socket_path, TRAINING, ADVERTISED) as running:
         yield running
 
 
@@ -147,7 +163,7 @@ def test_a_socket_nobody_listens_on_is_unavailable(socket_path: str) -> None:
     [
         ("unimplemented", "unimplemented", "feature gate"),
         ("rate_limited", "rate_limited", "rate-limiting"),
-        ("garbage", "invalid", "undecodable ListPodResourcesResponse"),
+        ("garbage", "invalid", "undecodable pod-resources response"),
     ],
 )
 def test_kubelet_failures_get_their_reason(
@@ -238,3 +254,137 @@ def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
     # Field 1 as a varint is a known number with an unexpected wire type: skipped like any unknown field.
     response = b"\x08\x96\x01" + b"\x0a" + bytes([len(pod)]) + pod + b"\xf8\xff\xff\xff\x0f\x01"
     assert decode_allocations(response) == [alloc("ns", "p", "c", "nvidia.com/gpu", "nvidia0")]
+
+
+# --- GetAllocatableResources -----------------------------------------------------------
+
+
+def raw_allocatable(socket_path: str) -> bytes:
+    with grpc.insecure_channel("unix://" + socket_path) as channel:
+        return channel.unary_unary(ALLOCATABLE_METHOD)(b"", timeout=5)
+
+
+def test_advertised_devices_round_trip_through_the_real_server(server: PodResourcesServer, socket_path: str) -> None:
+    assert list_allocatable(socket_path) == ADVERTISED_GPUS
+    assert list_allocatable(socket_path, ["*"]) == ADVERTISED
+    assert server.allocatable_requests == 2 and server.requests == 0
+
+
+def test_the_nodes_cpus_memory_and_newer_fields_are_skipped(socket_path: str) -> None:
+    with PodResourcesServer(socket_path, advertised=ADVERTISED, extra_fields=True):
+        payload = raw_allocatable(socket_path)
+    # The CPU IDs (packed, field 2) and memory (field 3) really were on the wire, and so were the extra fields.
+    assert b"\x12\x06\x00\x01\x02\x03\x82\x01" in payload
+    assert b"\x0a\x06memory" in payload
+    assert payload.count(b"newer kubelet") == 1 + len({a.resource_name for a in ADVERTISED})
+    assert decode_allocatable(payload) == ADVERTISED
+
+
+def test_a_kubelet_before_1_23_says_what_it_lacks(server: PodResourcesServer, socket_path: str) -> None:
+    server.set_behaviour("unimplemented", ALLOCATABLE_METHOD)
+    with pytest.raises(PodResourcesError, match="GetAllocatableResources.*Kubernetes 1.23") as raised:
+        list_allocatable(socket_path)
+    assert raised.value.reason == "unimplemented"
+    # List still answers: attribution goes on, counting held replicas.
+    assert list_allocations(socket_path) == GPU_ONLY
+
+
+def test_a_malformed_allocatable_answer_names_its_message() -> None:
+    with pytest.raises(PodResourcesError, match="byte 1 of a AllocatableResourcesResponse") as raised:
+        decode_allocatable(b"\x0a")
+    assert raised.value.reason == "invalid"
+    with pytest.raises(PodResourcesError, match="of a ContainerDevices"):
+        decode_allocatable(b"\x0a\x02\x0a\x80")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_advertised_devices_are_read_once_per_ttl(server: PodResourcesServer, socket_path: str) -> None:
+    clock = Clock()
+    reader = AllocationReader(socket_path, clock=clock)
+    for _ in range(3):
+        read = reader.read()
+        assert read.advertised == ADVERTISED_GPUS and read.advertised_error is None
+    assert (server.requests, server.allocatable_requests) == (3, 1)
+    clock.now += ADVERTISED_TTL
+    reader.read()
+    assert (server.requests, server.allocatable_requests) == (4, 2)
+
+
+def test_an_id_the_plugin_did_not_advertise_reads_them_again_once(
+    server: PodResourcesServer, socket_path: str
+) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    reader.read()
+    # The plugin was reconfigured and a new pod holds one of its new IDs: read again at once.
+    renamed = Allocation("ml", "new", "main", "nvidia.com/gpu.shared", UUID + "::9")
+    server.set_allocations(TRAINING + [renamed])
+    server.set_advertised(ADVERTISED + [Advertised("nvidia.com/gpu.shared", UUID + "::9")])
+    assert Advertised("nvidia.com/gpu.shared", UUID + "::9") in reader.read().advertised
+    assert server.allocatable_requests == 2
+    # An ID the plugin still does not advertise (say an unhealthy GPU a pod holds) asks no more.
+    server.set_allocations(TRAINING + [renamed, Allocation("ml", "stuck", "main", "nvidia.com/gpu", "GPU-" + "7" * 8
+                                                           + "-7777-7777-7777-777777777777")])
+    for _ in range(3):
+        reader.read()
+    assert server.allocatable_requests == 3
+
+
+def test_a_kubelet_without_allocatable_is_asked_again_only_after_the_ttl(
+    server: PodResourcesServer, socket_path: str
+) -> None:
+    clock = Clock()
+    reader = AllocationReader(socket_path, clock=clock)
+    server.set_behaviour("unimplemented", ALLOCATABLE_METHOD)
+    for _ in range(3):
+        read = reader.read()
+        assert read.source == "pod_resources" and read.items == GPU_ONLY
+        assert read.advertised is None and "Kubernetes 1.23" in read.advertised_error
+    assert server.allocatable_requests == 1
+    server.set_behaviour("ok")
+    clock.now += ADVERTISED_TTL
+    assert reader.read().advertised == ADVERTISED_GPUS
+
+
+def test_a_passing_failure_keeps_the_last_answer_and_retries_next_run(
+    server: PodResourcesServer, socket_path: str
+) -> None:
+    clock = Clock()
+    reader = AllocationReader(socket_path, clock=clock)
+    reader.read()
+    clock.now += ADVERTISED_TTL
+    server.set_behaviour("rate_limited", ALLOCATABLE_METHOD)
+    for _ in range(2):
+        read = reader.read()
+        assert read.advertised == ADVERTISED_GPUS and read.advertised_error is None
+    assert server.allocatable_requests == 3
+    server.set_behaviour("ok")
+    reader.read()
+    reader.read()
+    assert server.allocatable_requests == 4
+
+
+def test_a_passing_failure_with_no_answer_yet_is_said(server: PodResourcesServer, socket_path: str) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    server.set_behaviour("rate_limited", ALLOCATABLE_METHOD)
+    read = reader.read()
+    assert read.items == GPU_ONLY and read.advertised is None and "rate-limiting" in read.advertised_error
+    server.set_behaviour("ok")
+    assert reader.read().advertised == ADVERTISED_GPUS
+
+
+def test_snapshots_carry_advertised_devices_and_read_older_ones() -> None:
+    allocations = Allocations(source="pod_resources", items=GPU_ONLY, advertised=ADVERTISED_GPUS)
+    snapshot = Snapshot(timestamp=1.0, node=Node(), allocations=allocations)
+    assert Snapshot.from_json(snapshot.to_json()) == snapshot
+    # A sidecar from before GetAllocatableResources sends neither field: the kubelet did not say.
+    older = snapshot.to_dict()
+    del older["allocations"]["advertised"], older["allocations"]["advertised_error"]
+    read = Snapshot.from_dict(older).allocations
+    assert read.items == GPU_ONLY and read.advertised is None and read.advertised_error is None

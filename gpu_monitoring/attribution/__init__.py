@@ -11,7 +11,7 @@ from ..kube.kubelet import PodInfo
 from ..snapshot import Device, Snapshot
 from .fleet import DeviceState, device_state, funnel, hourly_price
 from .holders import Holder, PodDirectory, Tagger
-from .targets import resolve_all
+from .targets import advertised, resolve_all
 from .workloads import (
     Claims,
     TargetKey,
@@ -40,6 +40,7 @@ class DeviceView:
     price: Optional[float]
     holders: Dict[TargetKey, Holder] = field(default_factory=dict)  # exclusive holder of a GPU or MIG instance
     sharing: Dict[TargetKey, str] = field(default_factory=dict)  # none | time_slicing | mps per target
+    offered: Optional[bool] = None  # does a device plugin advertise it; None when the kubelet did not say
 
     def sharing_mode(self, key: TargetKey) -> str:
         """A MIG parent is no target of its own: nothing shares it."""
@@ -60,7 +61,8 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
     directory = PodDirectory(pods)
     from_pod_resources = snapshot.allocations.source == "pod_resources"
     resolved, problems = resolve_all(snapshot, snapshot.allocations.items) if from_pod_resources else ([], [])
-    claims = claims_by_target(resolved, directory)
+    offer = advertised(snapshot) if from_pod_resources else None
+    claims = claims_by_target(resolved, directory, offer.replicas if offer else None)
     views, workloads, process_holders = {}, [], {}
     for device in snapshot.devices:
         device_workloads = build_workloads(device, claims, directory, from_pod_resources)
@@ -72,16 +74,23 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
             price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
             holders=_exclusive_holders(device_workloads, claims),
             sharing=sharing_modes(device, claims),
+            offered=None if offer is None else device.index in offer.devices,
         )
         process_holders.update(_process_holders(device, directory))
     return Attribution(
         devices=views,
         workloads=workloads,
         process_holders=process_holders,
-        funnel=funnel(snapshot.devices, {i: v.state for i, v in views.items()}),
+        funnel=funnel(snapshot.devices, {i: v.state for i, v in views.items()}, _offered(views)),
         allocations_from="pod_resources" if from_pod_resources else "processes",
         problems=problems,
     )
+
+
+def _offered(views: Dict[int, DeviceView]) -> Optional[Dict[int, bool]]:
+    if any(view.offered is None for view in views.values()):
+        return None
+    return {index: bool(view.offered) for index, view in views.items()}
 
 
 def _held(device: Device, claims: Dict[TargetKey, Claims]) -> bool:

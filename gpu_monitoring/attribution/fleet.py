@@ -44,13 +44,21 @@ def device_state(device: Device, allocated: bool, threshold: float) -> DeviceSta
     return DeviceState(allocated, active, active and level is not None and level >= threshold)
 
 
-def funnel(devices: List[Device], states: Dict[int, DeviceState]) -> Dict[Optional[str], Dict[str, int]]:
-    """Counts per GPU model on this node; a lost GPU still counts in total."""
+def funnel(
+    devices: List[Device], states: Dict[int, DeviceState], offered: Optional[Dict[int, bool]] = None
+) -> Dict[Optional[str], Dict[str, int]]:
+    """Counts per GPU model on this node; a lost GPU still counts in total. `allocatable` (GPUs a
+    device plugin advertises) is counted only where the kubelet says which those are."""
     counts: Dict[Optional[str], Dict[str, int]] = {}
+    stages = ["total", "allocated", "active", "effective"]
+    if offered is not None:
+        stages.insert(1, "allocatable")
     for device in devices:
-        row = counts.setdefault(device.name, {"total": 0, "allocated": 0, "active": 0, "effective": 0})
+        row = counts.setdefault(device.name, dict.fromkeys(stages, 0))
         state = states.get(device.index)
         row["total"] += 1
+        if offered is not None:
+            row["allocatable"] += offered.get(device.index, False)
         if state is not None:
             row["allocated"] += state.allocated
             row["active"] += state.active

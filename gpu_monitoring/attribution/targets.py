@@ -1,7 +1,7 @@
 """Where each pod-resources device ID points: a GPU, a MIG instance, or a shared replica of one."""
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..kube.device_ids import DeviceRef, parse_device_id
 from ..snapshot import Allocation, Device, MigInstance, Snapshot
@@ -24,11 +24,11 @@ class TargetResolver:
             m.uuid: (d, m) for d in snapshot.devices for m in d.mig_instances
         }
 
-    def resolve(self, allocation: Allocation) -> Target:
-        """The target of one allocation; ValueError says why an ID matches no device here."""
-        target = self._target(parse_device_id(allocation.device_id))
+    def resolve(self, device_id: str) -> Target:
+        """The target of one device ID; ValueError says why it matches no device here."""
+        target = self._target(parse_device_id(device_id))
         if target is None:
-            raise ValueError(f"device {allocation.device_id} matches no GPU or MIG instance NVML sees")
+            raise ValueError(f"device {device_id} matches no GPU or MIG instance NVML sees")
         return target
 
     def _target(self, ref: DeviceRef) -> Optional[Target]:
@@ -51,7 +51,34 @@ def resolve_all(snapshot: Snapshot, allocations: List[Allocation]) -> Tuple[List
     resolved, problems = [], []
     for allocation in allocations:
         try:
-            resolved.append((allocation, resolver.resolve(allocation)))
+            resolved.append((allocation, resolver.resolve(allocation.device_id)))
         except ValueError as e:
             problems.append(f"{allocation.namespace}/{allocation.pod}/{allocation.container}: {e}")
     return resolved, problems
+
+
+@dataclass
+class Offer:
+    """What the device plugins advertise, resolved: replicas per shared GPU or MIG instance (free ones
+    included) and the GPUs Kubernetes can schedule at all."""
+
+    replicas: Dict[Tuple[int, Optional[str]], int]
+    devices: Set[int]
+
+
+def advertised(snapshot: Snapshot) -> Optional[Offer]:
+    """None when the kubelet did not say (before 1.23, or the call failed)."""
+    if snapshot.allocations.advertised is None:
+        return None
+    resolver = TargetResolver(snapshot)
+    replicas: Dict[Tuple[int, Optional[str]], Set[str]] = {}
+    devices: Set[int] = set()
+    for device in snapshot.allocations.advertised:
+        try:
+            target = resolver.resolve(device.device_id)
+        except ValueError:
+            continue  # a device NVML does not see holds no pod's share
+        devices.add(target.device_index)
+        if target.replica is not None:
+            replicas.setdefault((target.device_index, target.mig_uuid), set()).add(device.device_id)
+    return Offer({key: len(ids) for key, ids in replicas.items()}, devices)

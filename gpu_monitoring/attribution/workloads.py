@@ -31,6 +31,7 @@ class Claims:
     holders: Dict[HolderKey, Holder] = field(default_factory=dict)
     replicas: Dict[HolderKey, Set[int]] = field(default_factory=dict)
     shared_resource: bool = False
+    advertised: Optional[int] = None  # replicas the device plugin advertises, held or free
 
     def add(self, holder: Holder, allocation: Allocation, replica: Optional[int]) -> None:
         self.holders.setdefault(holder.key, holder)
@@ -43,8 +44,11 @@ class Claims:
         return bool(self.replicas) or self.shared_resource
 
     def replica_count(self) -> int:
-        """Replica IDs run 0..N-1, so the highest one held bounds N from below."""
+        """What the device plugin advertises; without that, replica IDs run 0..N-1, so the highest
+        one held bounds N from below (and overstates shares while replicas are free)."""
         held = [r for ids in self.replicas.values() for r in ids]
+        if self.advertised:
+            return max(self.advertised, len(held), len(self.holders))
         return max(len(held), max(held, default=-1) + 1, len(self.holders))
 
     def share(self, key: HolderKey) -> float:
@@ -54,14 +58,18 @@ class Claims:
 
 
 def claims_by_target(
-    resolved: List[Tuple[Allocation, Target]], directory: PodDirectory
+    resolved: List[Tuple[Allocation, Target]],
+    directory: PodDirectory,
+    advertised: Optional[Dict[TargetKey, int]] = None,
 ) -> Dict[TargetKey, Claims]:
+    """Who holds each target; `advertised` (replicas per target) sets how finely a shared one is cut."""
     claims: Dict[TargetKey, Claims] = {}
     for allocation, target in resolved:
         if directory.is_terminal(allocation.namespace, allocation.pod):
             continue  # pod-resources can list a finished pod until the kubelet garbage-collects it
         key = (target.device_index, target.mig_uuid)
-        claims.setdefault(key, Claims()).add(directory.for_allocation(allocation), allocation, target.replica)
+        found = claims.setdefault(key, Claims(advertised=(advertised or {}).get(key)))
+        found.add(directory.for_allocation(allocation), allocation, target.replica)
     return claims
 
 

@@ -1,23 +1,74 @@
-"""Which devices the kubelet gave which containers, from its pod-resources socket."""
+"""Which devices the kubelet gave which containers, and which it can give, from its pod-resources socket."""
 
-from typing import Iterable
+import time
+from typing import Callable, Iterable, List, Optional, Set
 
 from ..kube.device_ids import DEFAULT_RESOURCES
-from ..kube.pod_resources import PodResourcesError, list_allocations
-from ..snapshot import Allocations
+from ..kube.pod_resources import PodResourcesError, list_allocatable, list_allocations
+from ..snapshot import Advertised, Allocation, Allocations
+
+# What the device plugins advertise changes when a plugin restarts or reconfigures, not from run to run.
+ADVERTISED_TTL = 300.0
 
 
 class AllocationReader:
-    """Reads pod-resources each collection; a failure is data (source `error`), never an exception."""
+    """Reads pod-resources each collection; a failure is data (source `error`), never an exception.
 
-    def __init__(self, socket_path: str, extra_resources: Iterable[str] = (), timeout: float = 5.0):
+    The advertised devices are read again after ADVERTISED_TTL seconds, or sooner when a container
+    holds an ID they lacked at the last read (the plugin changed). An ID still missing after that
+    read (a device the plugin now calls unhealthy) asks no more; nor does a kubelet that does not
+    serve them, until the TTL."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        extra_resources: Iterable[str] = (),
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.socket_path = socket_path
         self.patterns = tuple(DEFAULT_RESOURCES) + tuple(extra_resources)
         self.timeout = timeout
+        self._clock = clock
+        self._advertised: Optional[List[Advertised]] = None
+        self._advertised_error: Optional[str] = None
+        self._read_at: Optional[float] = None
+        self._unexplained: Set[str] = set()
 
     def read(self) -> Allocations:
         try:
             found = list_allocations(self.socket_path, self.patterns, self.timeout)
         except PodResourcesError as e:
             return Allocations(source="error", error=str(e))
-        return Allocations(source="pod_resources", items=found)
+        if self._stale(found):
+            self._read_advertised(found)
+        return Allocations(source="pod_resources", items=found, advertised=self._advertised,
+                           advertised_error=self._advertised_error)
+
+    def _stale(self, held: List[Allocation]) -> bool:
+        if self._read_at is None or self._clock() - self._read_at >= ADVERTISED_TTL:
+            return True
+        return bool(self._not_advertised(held) - self._unexplained)
+
+    def _not_advertised(self, held: List[Allocation]) -> Set[str]:
+        if self._advertised is None:
+            return set()
+        return {a.device_id for a in held} - {a.device_id for a in self._advertised}
+
+    def _read_advertised(self, held: List[Allocation]) -> None:
+        self._read_at = self._clock()
+        try:
+            self._advertised = list_allocatable(self.socket_path, self.patterns, self.timeout)
+            self._advertised_error = None
+        except PodResourcesError as e:
+            self._failed(e)
+        self._unexplained = self._not_advertised(held)
+
+    def _failed(self, error: PodResourcesError) -> None:
+        """An old kubelet stays old until the TTL; a passing failure (timeout, rate limit) is tried
+        again next run, keeping what the last good answer said meanwhile."""
+        if error.reason != "unimplemented":
+            self._read_at = None
+            if self._advertised is not None:
+                return
+        self._advertised, self._advertised_error = None, str(error)

@@ -1,4 +1,5 @@
-"""Which pod and container holds each GPU, from the kubelet's PodResources API (v1, List).
+"""Which pod and container holds each GPU, and which devices the device plugins advertise, from
+the kubelet's PodResources API (v1: List, and GetAllocatableResources from kubelet 1.23).
 
 The Agent ships protobuf 3.x through 7.x, and generated code only runs on the major it was
 generated for, so the response is decoded here straight from the protobuf wire format. Only the
@@ -8,16 +9,23 @@ grpcio is imported on the first call: the Agent does not ship it, and only local
 
 import os
 from types import ModuleType
-from typing import Iterable, Iterator, List, Tuple
+from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
 
 from ..deps import MissingPackage, require
-from ..snapshot import Allocation
+from ..snapshot import Advertised, Allocation
 from .device_ids import DEFAULT_RESOURCES, matches_resource
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
+ALLOCATABLE_METHOD = "/v1.PodResourcesLister/GetAllocatableResources"
 
 # The kubelet's own client accepts 16 MiB; gRPC's 4 MiB default is too small for a node with many pods.
 _MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+# The kubelet release that serves each method and the feature gate that can turn it off.
+_SINCE = {LIST_METHOD: "1.20", ALLOCATABLE_METHOD: "1.23"}
+_GATES = {LIST_METHOD: "KubeletPodResources", ALLOCATABLE_METHOD: "KubeletPodResourcesGetAllocatable"}
+
+T = TypeVar("T")
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _FIXED_WIDTH = {_FIXED64: 8, _FIXED32: 4}
@@ -25,7 +33,7 @@ _MAX_VARINT_BYTES = 10
 
 
 class PodResourcesError(Exception):
-    """The List call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, timeout,
+    """A pod-resources call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, timeout,
     unavailable, invalid, error; the message says what happened and what to do about it."""
 
     def __init__(self, message: str, reason: str) -> None:
@@ -38,6 +46,21 @@ def list_allocations(
 ) -> List[Allocation]:
     """Every device of a resource matching one of the globs, as the kubelet's socket lists them now."""
     patterns = tuple(resource_patterns)
+    allocations = _fetch(socket_path, LIST_METHOD, decode_allocations, timeout)
+    return [a for a in allocations if matches_resource(a.resource_name, patterns)]
+
+
+def list_allocatable(
+    socket_path: str, resource_patterns: Iterable[str] = DEFAULT_RESOURCES, timeout: float = 5.0
+) -> List[Advertised]:
+    """Every device ID the device plugins advertise for a resource matching one of the globs, held or
+    free. A kubelet before 1.23 (or with the feature off) raises reason `unimplemented`."""
+    patterns = tuple(resource_patterns)
+    advertised = _fetch(socket_path, ALLOCATABLE_METHOD, decode_allocatable, timeout)
+    return [a for a in advertised if matches_resource(a.resource_name, patterns)]
+
+
+def _fetch(socket_path: str, method: str, decode: Callable[[bytes], List[T]], timeout: float) -> List[T]:
     grpc = _grpc()
     if not os.path.exists(socket_path):
         raise PodResourcesError(
@@ -46,16 +69,15 @@ def list_allocations(
             "or set pod_resources_socket to where the kubelet serves it",
             "missing",
         )
-    payload = _call_list(grpc, socket_path, timeout)
+    payload = _call(grpc, socket_path, method, timeout)
     try:
-        allocations = decode_allocations(payload)
+        return decode(payload)
     except PodResourcesError as error:
         raise PodResourcesError(
             f"kubelet pod-resources API at {socket_path} sent an {error}: is something other than the kubelet "
             "listening on that socket?",
             error.reason,
         ) from error
-    return [allocation for allocation in allocations if matches_resource(allocation.resource_name, patterns)]
 
 
 def _grpc() -> ModuleType:
@@ -65,26 +87,29 @@ def _grpc() -> ModuleType:
         raise PodResourcesError(str(e), "no_grpc") from None
 
 
-def _call_list(grpc: ModuleType, socket_path: str, timeout: float) -> bytes:
+def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> bytes:
     options = [("grpc.max_receive_message_length", _MAX_RESPONSE_BYTES)]
     with grpc.insecure_channel("unix://" + os.path.abspath(socket_path), options=options) as channel:
         # No serializers: the empty request is b"" and the answer is decoded after the call, so a
         # bad answer is reported as such rather than as gRPC's generic deserialization failure.
-        call = channel.unary_unary(LIST_METHOD, request_serializer=None, response_deserializer=None)
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
         try:
             return call(b"", timeout=timeout)
         except grpc.RpcError as error:
-            raise _rpc_failure(grpc, error, socket_path, timeout) from error
+            raise _rpc_failure(grpc, error, socket_path, method, timeout) from error
 
 
-def _rpc_failure(grpc: ModuleType, error: Exception, socket_path: str, timeout: float) -> PodResourcesError:
+def _rpc_failure(
+    grpc: ModuleType, error: Exception, socket_path: str, method: str, timeout: float
+) -> PodResourcesError:
     code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
     where = f"kubelet pod-resources API at {socket_path}"
+    name = method.rsplit(".", 1)[-1]  # PodResourcesLister/<method>
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return PodResourcesError(
-            f"{where} does not serve v1 PodResourcesLister/List ({details}): it needs Kubernetes 1.20 or "
-            "newer with the KubeletPodResources feature gate on (the default)",
+            f"{where} does not serve v1 {name} ({details}): it needs Kubernetes {_SINCE[method]} or "
+            f"newer with the {_GATES[method]} feature gate on (the default)",
             "unimplemented",
         )
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -105,7 +130,8 @@ def _rpc_failure(grpc: ModuleType, error: Exception, socket_path: str, timeout: 
             "may open the socket (it needs root or write access to it)",
             "unavailable",
         )
-    return PodResourcesError(f"{where} failed the List call with {code.name}: {details}", "error")
+    call = method.rsplit("/", 1)[-1]
+    return PodResourcesError(f"{where} failed the {call} call with {code.name}: {details}", "error")
 
 
 def decode_allocations(payload: bytes) -> List[Allocation]:
@@ -145,6 +171,18 @@ def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[Allo
     for resource_name, device_ids in devices:
         for device_id in device_ids:
             yield Allocation(namespace, pod, name, resource_name, device_id)
+
+
+def decode_allocatable(payload: bytes) -> List[Advertised]:
+    """Decode a serialized AllocatableResourcesResponse into one entry per advertised device ID.
+
+    Its CPU IDs and memory are no GPU's and are skipped; malformed bytes raise reason `invalid`."""
+    advertised: List[Advertised] = []
+    for number, devices in _length_delimited_fields(payload, "AllocatableResourcesResponse"):
+        if number == 1:
+            resource_name, device_ids = _decode_devices(devices)
+            advertised.extend(Advertised(resource_name, device_id) for device_id in device_ids)
+    return advertised
 
 
 def _decode_devices(payload: bytes) -> Tuple[str, List[str]]:
@@ -202,10 +240,10 @@ def _text(value: bytes, field: str) -> str:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise PodResourcesError(f"undecodable ListPodResourcesResponse: {field} is not UTF-8", "invalid") from error
+        raise PodResourcesError(f"undecodable pod-resources response: {field} is not UTF-8", "invalid") from error
 
 
 def _invalid(message: str, position: int, problem: str) -> PodResourcesError:
     return PodResourcesError(
-        f"undecodable ListPodResourcesResponse: {problem} at byte {position} of a {message}", "invalid"
+        f"undecodable pod-resources response: {problem} at byte {position} of a {message}", "invalid"
     )

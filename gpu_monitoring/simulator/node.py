@@ -17,6 +17,11 @@ given and the GPU processes it runs:
               processes: [41021]          # pids of the scenario's GPU processes
               env: {CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25"}
               runtime: containerd         # or crio, docker; cgroup_driver and cgroup_version too
+      advertised:                         # shared GPUs: every replica the device plugin advertises
+        - {device: 0, resource: nvidia.com/gpu.shared, replicas: 8}
+
+GetAllocatableResources advertises those replicas, every ID a container holds, and each other
+GPU whole (`nvidia.com/gpu`) or, with MIG on, each of its instances (`nvidia.com/mig-<profile>`).
 
 `start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and the
 gRPC socket in a temporary directory and returns the instance options that point the check
@@ -28,9 +33,10 @@ import hashlib
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..snapshot import Allocation
+from ..kube.device_ids import DeviceRef, parse_device_id
+from ..snapshot import Advertised, Allocation
 from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
@@ -42,7 +48,9 @@ _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 class SimulatedNode:
     def __init__(self, nvml: SimulatedNvml):
         self.nvml = nvml
-        self.pods = [_pod(p) for p in nvml.scenario.extra.get("kubernetes", {}).get("pods", [])]
+        kubernetes = nvml.scenario.extra.get("kubernetes", {})
+        self.pods = [_pod(p) for p in kubernetes.get("pods", [])]
+        self.shared = kubernetes.get("advertised", [])
         self._directory: Optional[tempfile.TemporaryDirectory] = None
         self.kubelet: Optional[KubeletServer] = None
         self.pod_resources: Optional[PodResourcesServer] = None
@@ -60,7 +68,7 @@ class SimulatedNode:
         self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
         self.kubelet.write_token_file()
         socket_path = str(root / "kubelet.sock")
-        self.pod_resources = PodResourcesServer(socket_path, self.allocations()).start()
+        self.pod_resources = PodResourcesServer(socket_path, self.allocations(), self.advertised()).start()
         return dict(
             standing_in,
             kubernetes="true",
@@ -96,6 +104,19 @@ class SimulatedNode:
             for c in pod["containers"]
             for ref in c.get("devices", [])
         ]
+
+    def advertised(self) -> List[Advertised]:
+        """What the device plugins advertise: declared replicas, held IDs, and every other GPU whole."""
+        found = {a.device_id: Advertised(a.resource_name, a.device_id) for a in self.allocations()}
+        for shared in self.shared:
+            for replica in range(int(shared["replicas"])):
+                device_id = self.device_id(f"gpu:{shared['device']}::{replica}")
+                found.setdefault(device_id, Advertised(shared.get("resource", "nvidia.com/gpu"), device_id))
+        refs = [ref for ref in map(_parsed, found) if ref is not None]
+        for device in self.nvml.devices:
+            if not any(_names(ref, device) for ref in refs):
+                found.update((device_id, Advertised(resource, device_id)) for resource, device_id in _whole(device))
+        return list(found.values())
 
     def _kubelet_pods(self) -> List[Dict[str, Any]]:
         return [
@@ -149,6 +170,24 @@ class SimulatedNode:
             return f"MIG-{device.spec.uuid}/{tail}"
         minor = device.spec.get("minor_number", device.index)
         return f"nvidia{minor}" + (f"/{tail}" if tail else "")
+
+
+def _parsed(device_id: str) -> Optional[DeviceRef]:
+    try:
+        return parse_device_id(device_id)
+    except ValueError:
+        return None  # another vendor's device, or a scenario's deliberately bogus ID
+
+
+def _names(ref: DeviceRef, device: Any) -> bool:
+    uuids = {device.spec.uuid} | {m.spec.uuid for m in device.mig}
+    return ref.uuid in uuids or (ref.minor is not None and ref.minor == device.spec.get("minor_number", device.index))
+
+
+def _whole(device: Any) -> List[Tuple[str, str]]:
+    if device.mig:
+        return [(f"nvidia.com/mig-{m.spec.profile}", m.spec.uuid) for m in device.mig]
+    return [("nvidia.com/gpu", device.spec.uuid)]
 
 
 def _pod(raw: Mapping[str, Any]) -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A kubelet PodResources API (v1, List) served over a real gRPC unix socket.
+"""A kubelet PodResources API (v1, List and GetAllocatableResources) served over a real gRPC unix socket.
 
 Responses are encoded by the official protobuf runtime from message classes built at start-up
 from a descriptor assembled here, so the check's hand-written decoder meets the bytes a real
@@ -14,14 +14,15 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..kube.pod_resources import LIST_METHOD
-from ..snapshot import Allocation
+from ..kube.pod_resources import ALLOCATABLE_METHOD, LIST_METHOD
+from ..snapshot import Advertised, Allocation
 
 BEHAVIOURS = ("ok", "unimplemented", "rate_limited", "slow", "garbage")
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "v1"
-_SERVICE, _METHOD = LIST_METHOD.strip("/").split("/")
+_SERVICE, _LIST = LIST_METHOD.strip("/").split("/")
+_ALLOCATABLE = ALLOCATABLE_METHOD.rsplit("/", 1)[-1]
 
 # Field types are protobuf scalar type numbers or the name of another message in the package.
 _SCHEMA: Dict[str, Tuple[Tuple[str, int, Union[int, str], bool], ...]] = {
@@ -40,6 +41,16 @@ _SCHEMA: Dict[str, Tuple[Tuple[str, int, Union[int, str], bool], ...]] = {
         ("device_ids", 2, _FIELD.TYPE_STRING, True),
         ("topology", 3, "TopologyInfo", False),
     ),
+    "AllocatableResourcesResponse": (
+        ("devices", 1, "ContainerDevices", True),
+        ("cpu_ids", 2, _FIELD.TYPE_INT64, True),
+        ("memory", 3, "ContainerMemory", True),
+    ),
+    "ContainerMemory": (
+        ("memory_type", 1, _FIELD.TYPE_STRING, False),
+        ("size", 2, _FIELD.TYPE_UINT64, False),
+        ("topology", 3, "TopologyInfo", False),
+    ),
     "TopologyInfo": (("nodes", 1, "NUMANode", True),),
     "NUMANode": (("ID", 1, _FIELD.TYPE_INT64, False),),
 }
@@ -52,57 +63,81 @@ _EXTRA_FIELDS = (
     ("extra_fixed32", 1002, _FIELD.TYPE_FIXED32, False),
     ("extra_text", 1003, _FIELD.TYPE_STRING, False),
 )
-_EXTENDED = ("ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices")
+_EXTENDED = (
+    "ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices", "AllocatableResourcesResponse"
+)
 # -1 makes the longest varint there is (10 bytes).
 _EXTRA_VALUES = {"extra_varint": -1, "extra_fixed64": 2**64 - 1, "extra_fixed32": 7, "extra_text": "newer kubelet"}
 
 _GARBAGE = b"\xff" * 16
 _RATE_LIMIT_MESSAGE = "rejected by rate limit"
+# A node's CPUs and memory ride along in every allocatable answer; the check skips them.
+_CPU_IDS = (0, 1, 2, 3, 130)
+_MEMORY_BYTES = 64 * 2**30
 
 
 class PodResourcesServer:
     """Serves `allocations` (Allocation-like: namespace, pod, container, resource_name,
-    device_id) on `unix://<socket_path>` until stopped.
+    device_id) from List and `advertised` (resource_name, device_id) from GetAllocatableResources
+    on `unix://<socket_path>` until stopped.
 
-    `behaviour` is one of BEHAVIOURS: ok; unimplemented (an old kubelet); rate_limited (the
-    kubelet's RESOURCE_EXHAUSTED); slow (answers after `delay` seconds); garbage (bytes that are
-    no protobuf message). `requests` counts the List calls received."""
+    `behaviour` is one of BEHAVIOURS, for both methods or (set_behaviour) one: ok; unimplemented
+    (a kubelet before 1.20, or for GetAllocatableResources alone one from 1.20 to 1.22);
+    rate_limited (the kubelet's RESOURCE_EXHAUSTED); slow (answers after `delay` seconds);
+    garbage (bytes that are no protobuf message). `requests` and
+    `allocatable_requests` count the calls of each method received."""
 
     def __init__(
         self,
         socket_path: str,
         allocations: Iterable[Allocation] = (),
+        advertised: Iterable[Advertised] = (),
         behaviour: str = "ok",
         delay: float = 1.0,
         extra_fields: bool = False,
     ) -> None:
         self.socket_path = socket_path
         self.delay = delay
-        self._response_class = _response_class(extra_fields)
+        self._classes = _message_classes(extra_fields)
         self._extra_fields = extra_fields
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._requests = 0
+        self._requests = {_LIST: 0, _ALLOCATABLE: 0}
+        self._behaviours = {_LIST: behaviour, _ALLOCATABLE: behaviour}
         self._server: Optional[grpc.Server] = None
         self._executor: Optional[futures.ThreadPoolExecutor] = None
         self.set_behaviour(behaviour)
         self.set_allocations(allocations)
+        self.set_advertised(advertised)
 
     @property
     def requests(self) -> int:
         with self._lock:
-            return self._requests
+            return self._requests[_LIST]
+
+    @property
+    def allocatable_requests(self) -> int:
+        with self._lock:
+            return self._requests[_ALLOCATABLE]
 
     def set_allocations(self, allocations: Iterable[Allocation]) -> None:
         payload = self._encode(list(allocations))
         with self._lock:
             self._payload = payload
 
-    def set_behaviour(self, behaviour: str) -> None:
+    def set_advertised(self, advertised: Iterable[Advertised]) -> None:
+        payload = self._encode_advertised(list(advertised))
+        with self._lock:
+            self._advertised_payload = payload
+
+    def set_behaviour(self, behaviour: str, method: Optional[str] = None) -> None:
+        """How both methods answer, or only `method` (LIST_METHOD or ALLOCATABLE_METHOD)."""
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown pod-resources behaviour {behaviour!r}; expected one of {', '.join(BEHAVIOURS)}")
         with self._lock:
-            self._behaviour = behaviour
+            for name in self._behaviours:
+                if method is None or method.endswith("/" + name):
+                    self._behaviours[name] = behaviour
 
     def start(self) -> "PodResourcesServer":
         if self._server is not None:
@@ -110,9 +145,10 @@ class PodResourcesServer:
         os.makedirs(os.path.dirname(os.path.abspath(self.socket_path)), exist_ok=True)
         self._stopping.clear()
         self._executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-resources")
-        handler = grpc.method_handlers_generic_handler(
-            _SERVICE, {_METHOD: grpc.unary_unary_rpc_method_handler(self._list)}
-        )
+        handler = grpc.method_handlers_generic_handler(_SERVICE, {
+            _LIST: grpc.unary_unary_rpc_method_handler(self._list),
+            _ALLOCATABLE: grpc.unary_unary_rpc_method_handler(self._allocatable),
+        })
         self._server = grpc.server(self._executor, handlers=(handler,))
         if not self._server.add_insecure_port("unix:" + self.socket_path):
             self.stop()
@@ -139,18 +175,41 @@ class PodResourcesServer:
 
     def _list(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         with self._lock:
-            self._requests += 1
-            behaviour, payload = self._behaviour, self._payload
+            payload = self._payload
+        return self._answer(_LIST, payload, context)
+
+    def _allocatable(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        with self._lock:
+            payload = self._advertised_payload
+        return self._answer(_ALLOCATABLE, payload, context)
+
+    def _answer(self, method: str, payload: bytes, context: grpc.ServicerContext) -> bytes:
+        with self._lock:
+            self._requests[method] += 1
+            behaviour = self._behaviours[method]
         if behaviour == "unimplemented":
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {_SERVICE}")
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method} for service {_SERVICE}")
         if behaviour == "rate_limited":
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _RATE_LIMIT_MESSAGE)
         if behaviour == "slow":
             self._stopping.wait(self.delay)
         return _GARBAGE if behaviour == "garbage" else payload
 
+    def _encode_advertised(self, advertised: List[Advertised]) -> bytes:
+        response = self._classes["AllocatableResourcesResponse"](cpu_ids=_CPU_IDS)
+        self._stamp(response)
+        response.memory.add(memory_type="memory", size=_MEMORY_BYTES).topology.nodes.add(ID=0)
+        by_resource: Dict[str, List[str]] = {}
+        for device in advertised:
+            by_resource.setdefault(device.resource_name, []).append(device.device_id)
+        for resource_name, device_ids in by_resource.items():
+            devices = response.devices.add(resource_name=resource_name, device_ids=device_ids)
+            devices.topology.nodes.add(ID=0)
+            self._stamp(devices)
+        return response.SerializeToString()
+
     def _encode(self, allocations: List[Allocation]) -> bytes:
-        response = self._response_class()
+        response = self._classes["ListPodResourcesResponse"]()
         self._stamp(response)
         for (namespace, pod_name), containers in _group(allocations).items():
             pod = response.pod_resources.add(name=pod_name, namespace=namespace)
@@ -181,16 +240,17 @@ def _group(allocations: List[Allocation]) -> Dict[Tuple[str, str], Dict[str, Dic
     return pods
 
 
-def _response_class(extra_fields: bool) -> Any:
+def _message_classes(extra_fields: bool) -> Dict[str, Any]:
     # A private pool keeps these names clear of any v1 pod-resources types the process registered itself.
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(_file_descriptor(extra_fields).SerializeToString())
-    descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.ListPodResourcesResponse")
     get_message_class = getattr(message_factory, "GetMessageClass", None)
-    if get_message_class is not None:
-        return get_message_class(descriptor)
     # protobuf before 4.22 has no GetMessageClass.
-    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    make = get_message_class or message_factory.MessageFactory(pool).GetPrototype
+    return {
+        name: make(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+        for name in ("ListPodResourcesResponse", "AllocatableResourcesResponse")
+    }
 
 
 def _file_descriptor(extra_fields: bool) -> descriptor_pb2.FileDescriptorProto:
