@@ -86,15 +86,19 @@ def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, rea
     # Every GPU still reports.
     assert set(dgx.values("utilization.gpu")) == set(range(8))
     assert funnel(dgx)["total"] == 8
-    # Processes keep the container ID their cgroup names; on a GPU pod-resources says one pod holds,
-    # that pod's names come from pod-resources.
+    # A process keeps the owner its own cgroup names, the container ID (the Agent's tagger adds the
+    # pod's tags to it), never the names of whoever holds its GPU; the GPU's own series carry the
+    # holder pod-resources names, and that pod's workload is the one using it.
     by_pid = processes(dgx, "process.memory.used")
     assert set(by_pid) == set(PIDS)
     for pid, pod in PIDS.items():
         tags = pod_tags(by_pid[pid].tags)
-        assert tags["container_id"] == container_id(dgx, pod), by_pid[pid].tags
-        assert tags["pod_name"] == pod, by_pid[pid].tags
+        assert tags == {"container_id": container_id(dgx, pod)}, by_pid[pid].tags
         assert "process_name" in tag_dict(by_pid[pid].tags)
+    held = {pod_tags(s.tags).get("pod_name") for s in dgx.series("utilization.gpu")}
+    assert set(PIDS.values()) <= held
+    busy = {pod for (_, pod), idle in workloads(dgx, "workload.idle").items() if not idle}
+    assert set(PIDS.values()) <= busy
     (free,) = [s for s in dgx.series("utilization.gpu") if tag_dict(s.tags)["gpu_index"] == "7"]
     assert pod_tags(free.tags) == {}
     # One log line for the whole outage, not one per run.

@@ -5,12 +5,12 @@ and the kubelet's pods, and never calls NVML or submits anything.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..kube.kubelet import PodInfo
-from ..snapshot import Device, Snapshot
+from ..snapshot import Device, Process, Snapshot
 from .fleet import DeviceState, device_state, funnel, hourly_price
-from .holders import Holder, PodDirectory, Tagger
+from .holders import Holder, HolderKey, PodDirectory, Tagger
 from .targets import advertised, resolve_all
 from .workloads import (
     Claims,
@@ -18,10 +18,13 @@ from .workloads import (
     Workload,
     build_workloads,
     claims_by_target,
+    is_mps_server,
     sharing_modes,
     slicing_mode,
     targets_of,
 )
+
+ProcessOwners = Dict[Tuple[TargetKey, int], Holder]
 
 __all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
 
@@ -65,6 +68,7 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
     claims = claims_by_target(resolved, directory, offer.replicas if offer else None)
     views, workloads, process_holders = {}, [], {}
     for device in snapshot.devices:
+        owners = _process_holders(device, directory)
         device_workloads = build_workloads(device, claims, directory, from_pod_resources)
         workloads += device_workloads
         allocated = _held(device, claims) if from_pod_resources else _runs_compute(device)
@@ -72,11 +76,11 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
             slicing_mode=slicing_mode(device),
             state=device_state(device, allocated, settings.effective_threshold),
             price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
-            holders=_exclusive_holders(device_workloads, claims),
+            holders=_exclusive_holders(device, device_workloads, claims, owners),
             sharing=sharing_modes(device, claims),
             offered=None if offer is None else device.index in offer.devices,
         )
-        process_holders.update(_process_holders(device, directory))
+        process_holders.update(owners)
     return Attribution(
         devices=views,
         workloads=workloads,
@@ -102,19 +106,30 @@ def _runs_compute(device: Device) -> bool:
     return any(p.kind == "compute" for p in processes)
 
 
-def _exclusive_holders(workloads: List[Workload], claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, Holder]:
-    """Targets held by exactly one container, not shared: their metrics carry its tags."""
+def _exclusive_holders(
+    device: Device, workloads: List[Workload], claims: Dict[TargetKey, Claims], owners: ProcessOwners
+) -> Dict[TargetKey, Holder]:
+    """Targets held by exactly one container, not shared, whose processes have at most one owner
+    (the host counting as one): their device series carry the container's tags."""
     by_target: Dict[TargetKey, List[Workload]] = {}
     for workload in workloads:
         by_target.setdefault(workload.target, []).append(workload)
+    mixed = {key for key, _, processes in targets_of(device) if len(_owners_of(key, processes, owners)) > 1}
     return {
         target: found[0].holder
         for target, found in by_target.items()
-        if len(found) == 1 and not (claims.get(target) and claims[target].replicated)
+        if len(found) == 1 and not (claims.get(target) and claims[target].replicated) and target not in mixed
     }
 
 
-def _process_holders(device: Device, directory: PodDirectory) -> Dict[Tuple[TargetKey, int], Holder]:
+def _owners_of(key: TargetKey, processes: List[Process], owners: ProcessOwners) -> Set[HolderKey]:
+    """Who runs the target's processes, by their own cgroups; the MPS server serves its clients."""
+    host: HolderKey = ("host",)
+    return {owners[(key, p.pid)].key if (key, p.pid) in owners else host for p in processes if not is_mps_server(p)}
+
+
+def _process_holders(device: Device, directory: PodDirectory) -> ProcessOwners:
+    """Each process's owner from its own cgroup, never from whoever holds its GPU."""
     found = {}
     for key, _instance, processes in targets_of(device):
         for process in processes:

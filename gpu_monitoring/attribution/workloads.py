@@ -116,8 +116,10 @@ def build_workloads(
 
 def _adopt(users: Dict[HolderKey, Tuple[Holder, List[Process]]], claims: Claims) -> Dict:
     """Without the kubelet a process is known only by its container ID. On a target exactly one
-    container was given, its processes are that container's."""
-    if len(claims.holders) != 1:
+    container was given and exactly one container uses, that use is the given container's: its
+    workload is not idle. The processes' own series keep their own owner either way."""
+    unnamed = [key for key in users if key[0] == "container"]
+    if len(claims.holders) != 1 or len(unnamed) != 1:
         return users
     (owner_key, owner), = claims.holders.items()
     adopted = {}

@@ -34,32 +34,37 @@ class Submitter:
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
         self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
-        target_tags = {}
+        own_tags, held_tags = {}, {}
         for device in snapshot.devices:
-            target_tags.update(self._device(device, snapshot, healths[device.index], attribution))
-        self._workloads(attribution, target_tags)
+            own, held = self._device(device, snapshot, healths[device.index], attribution)
+            own_tags.update(own)
+            held_tags.update(held)
+        self._workloads(attribution, own_tags)
         self._fleet(attribution)
-        by_uuid = {d.uuid: target_tags[(d.index, None)] for d in snapshot.devices}
+        by_uuid = {d.uuid: held_tags[(d.index, None)] for d in snapshot.devices}
         submit_xids(self.check, snapshot, by_uuid, self.base_tags)
 
-    def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> dict:
+    def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> tuple:
+        """Submits a GPU's and its MIG instances' series. Returns their own tags, which workload and
+        process series start from (each adds its own owner's), and the tags with an exclusive
+        holder's, which the GPU's own series and XIDs carry."""
         view = attribution.devices[device.index]
         own = merge(self.base_tags, device_tags(device, snapshot, view))
         tags = self._held(own, view.holders.get((device.index, None)))
         self.metrics(device.metrics, tags)
         self._cost(view, tags)
         self.check.service_check(HEALTH_CHECK, _STATUS[health.status], tags=tags, message=health.message or None)
-        found = {(device.index, None): tags}
+        owns, helds = {(device.index, None): own}, {(device.index, None): tags}
         if not device.mig_instances:
-            self._processes(device.processes, tags, (device.index, None), attribution)
+            self._processes(device.processes, own, tags, (device.index, None), attribution)
         for instance in device.mig_instances:
             key = (device.index, instance.uuid)
             instance_own = mig_tags(instance, device, own, view)
             instance_tags = self._held(instance_own, view.holders.get(key))
             self.metrics(instance.metrics, instance_tags)
-            self._processes(instance.processes, instance_tags, key, attribution)
-            found[key] = instance_tags
-        return found
+            self._processes(instance.processes, instance_own, instance_tags, key, attribution)
+            owns[key], helds[key] = instance_own, instance_tags
+        return owns, helds
 
     def _held(self, tags: List[str], holder) -> List[str]:
         """A GPU or MIG instance held by one container, unshared, carries that container's tags."""
@@ -74,12 +79,13 @@ class Submitter:
             submit = self.check.monotonic_count if metric.type == "monotonic_count" else self.check.gauge
             submit(name, value, tags=tags)
 
-    def _processes(self, processes: List[Process], tags: List[str], key, attribution) -> None:
-        """Per-process series for the processes using the most memory, up to max_processes (0: all)."""
+    def _processes(self, processes: List[Process], tags: List[str], held: List[str], key, attribution) -> None:
+        """Per-process series for the processes using the most memory, up to max_processes (0: all).
+        Each carries the target's own tags and its own owner's; the count left out is the target's."""
         kept = sorted(processes, key=lambda p: p.used_memory or 0, reverse=True)
         if self.max_processes:
             kept = kept[: self.max_processes]
-            self.check.gauge("processes.omitted", len(processes) - len(kept), tags=tags)
+            self.check.gauge("processes.omitted", len(processes) - len(kept), tags=held)
         for process in kept:
             holder = attribution.process_holders.get((key, process.pid))
             values = {name: getattr(process, field) for name, field in PROCESS_METRICS.items()}
