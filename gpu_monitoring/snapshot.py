@@ -11,6 +11,21 @@ from typing import Any, Dict, List, Optional
 SCHEMA_VERSION = 1
 
 
+@dataclass(frozen=True)
+class SlurmJob:
+    """The Slurm job step a process runs in. The job and step come from its cgroup; the UID from
+    the cgroup v1 path or else the process's real UID; name, partition, account and user from its
+    environment, only where that is readable."""
+
+    job_id: str
+    step: Optional[str] = None
+    uid: Optional[int] = None
+    name: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    user: Optional[str] = None
+
+
 @dataclass
 class Process:
     pid: int
@@ -25,6 +40,13 @@ class Process:
     memory_utilization: Optional[float] = None
     encoder_utilization: Optional[float] = None
     decoder_utilization: Optional[float] = None
+    slurm: Optional[SlurmJob] = None
+
+    @classmethod
+    def from_dict(cls, raw: Dict[str, Any]) -> "Process":
+        """`slurm` came after version 1: a snapshot without it still loads."""
+        slurm = raw.get("slurm")
+        return cls(**dict(raw, slurm=SlurmJob(**slurm) if slurm else None))
 
 
 @dataclass
@@ -151,8 +173,8 @@ class Snapshot:
 
 def _device(raw: Dict[str, Any]) -> Device:
     raw = dict(raw)
-    raw["processes"] = [Process(**p) for p in raw["processes"]]
+    raw["processes"] = [Process.from_dict(p) for p in raw["processes"]]
     raw["mig_instances"] = [
-        MigInstance(**dict(m, processes=[Process(**p) for p in m["processes"]])) for m in raw["mig_instances"]
+        MigInstance(**dict(m, processes=[Process.from_dict(p) for p in m["processes"]])) for m in raw["mig_instances"]
     ]
     return Device(**raw)

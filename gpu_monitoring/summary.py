@@ -92,7 +92,8 @@ def _who(tags: Dict[str, str]) -> str:
     if "pod_name" in tags:
         return f"{tags.get('kube_namespace', '?')}/{tags['pod_name']}"
     if "slurm_job_id" in tags:
-        return f"slurm job {tags['slurm_job_id']}"
+        name = tags.get("slurm_job_name")
+        return f"slurm job {tags['slurm_job_id']}" + (f" ({name})" if name else "")
     return f"container {tags.get('container_id', '?')[:12]}"
 
 

@@ -1,10 +1,11 @@
-"""Who holds or uses a GPU: containers named by the kubelet, pod-resources, or only by their cgroup."""
+"""Who holds or uses a GPU: containers named by the kubelet, pod-resources, or only by their
+cgroup, and Slurm jobs named by their processes' cgroups."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..kube.kubelet import ContainerInfo, PodInfo
-from ..snapshot import Allocation, Process
+from ..snapshot import Allocation, Process, SlurmJob
 
 HolderKey = Tuple[str, ...]
 Tagger = Callable[[str], List[str]]
@@ -19,10 +20,13 @@ class Holder:
     container_id: Optional[str] = None
     pod_uid: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)
+    slurm: Optional[SlurmJob] = None  # a Slurm job holds it: the job's tags, not a container's
 
     def tags(self, tagger: Tagger) -> List[str]:
         """The Agent tagger's tags when it knows the container (they carry the user's pod-label
-        tags); otherwise the pod and container names we have."""
+        tags); otherwise the pod and container names we have. A Slurm job's own tags."""
+        if self.slurm:
+            return _job_tags(self.slurm)
         if self.container_id:
             known = tagger(f"container_id://{self.container_id}")
             if known:
@@ -66,6 +70,9 @@ class PodDirectory:
         return holder
 
     def for_process(self, process: Process) -> Optional[Holder]:
+        if process.slurm:
+            # The job is the innermost owner: slurmd may itself run in a pod.
+            return Holder(key=("slurm", process.slurm.job_id), slurm=replace(process.slurm, step=None))
         if not process.container_id:
             return None
         found = self._by_container_id.get(process.container_id)
@@ -82,3 +89,16 @@ class PodDirectory:
             pod_uid=pod.uid,
             env=dict(container.env),
         )
+
+
+def _job_tags(job: SlurmJob) -> List[str]:
+    """A job's tags, for all its steps; a process's own step is a tag of the process."""
+    tags = {
+        "slurm_job_id": job.job_id,
+        "slurm_job_name": job.name,
+        "slurm_partition": job.partition,
+        "slurm_account": job.account,
+        "slurm_user": job.user,
+        "slurm_uid": job.uid,
+    }
+    return [f"{key}:{value}" for key, value in tags.items() if value is not None]

@@ -3,19 +3,20 @@
 import logging
 from typing import Dict, Optional, Tuple
 
-from ..kube.procfs import process_name, process_owner
+from ..kube.procfs import process_name
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..snapshot import Process
 from .base import Collector, Fields, sample_key
+from .owners import ProcessOwners
 
 log = logging.getLogger(__name__)
 
 
 class Processes(Collector):
     """Every process NVML lists, with its engine use since the last run. Names and owners
-    (container, pod) come from `<proc_root>/<pid>`; a process that exits between NVML's list
-    and that read is kept without them.
+    (container, pod, Slurm job) come from `<proc_root>/<pid>`; a process that exits between
+    NVML's list and that read is kept without them.
     """
 
     name = "processes"
@@ -24,6 +25,7 @@ class Processes(Collector):
         self.proc_root = proc_root
         self._since: Dict[Tuple[int, Optional[int]], int] = {}
         self._proc_problem: Optional[str] = None
+        self._owners = ProcessOwners(proc_root) if proc_root else None
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         try:
@@ -56,7 +58,7 @@ class Processes(Collector):
         process.decoder_utilization = usage.get("decoder", 0.0)
 
     def _set_owner(self, process: Process) -> None:
-        if not self.proc_root:
+        if self._owners is None:
             return
         try:
             self._read_owner(process)
@@ -68,9 +70,9 @@ class Processes(Collector):
 
     def _read_owner(self, process: Process) -> None:
         process.name = process_name(self.proc_root, process.pid)
-        owner = process_owner(self.proc_root, process.pid)
+        owner = self._owners.owner(process.pid)
         if owner is not None:
-            process.container_id, process.pod_uid = owner.container_id, owner.pod_uid
+            process.container_id, process.pod_uid, process.slurm = owner.container_id, owner.pod_uid, owner.slurm
 
     def forget(self) -> None:
         self._since = {}

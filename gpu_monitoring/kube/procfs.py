@@ -1,4 +1,4 @@
-"""Which container and pod a process belongs to, read from a proc root.
+"""Which container, pod and Slurm job a process belongs to, read from a proc root.
 
 The proc root is the host's /proc (mounted at /host/proc in an Agent container). A process's
 `cgroup` file names the cgroup it runs in, and container runtimes name that cgroup after the
@@ -17,20 +17,33 @@ Container hosts without Kubernetes use the same names outside any pod: docker `d
 or `<unit>.service/libpod-payload-<id>` when split from its conmon as Quadlet units are; nerdctl
 `nerdctl-<id>.scope`; containerd's cgroupfs layout `/<namespace>/<id>` (nerdctl's `default`). Only
 64-hex IDs are recognised, so a container `ctr run` was given a name by hand reads as the host's.
+
+Slurm puts each job step's processes in a cgroup of its own:
+
+    cgroup v1   <n>:<controller>:/slurm[_<nodename>]/uid_<uid>/job_<id>/step_<step>[/task_<n>]
+    cgroup v2   0::/system.slice/[<nodename>_]slurmstepd.scope/job_<id>/step_<step>/user/task_<n>
+
+`<step>` is a number, `batch`, `extern` (processes adopted from ssh sessions) or `interactive`;
+the node name appears with several slurmd per host. slurmstepd itself waits in the scope's
+`system` cgroup and then runs in the step's `slurm` cgroup: it is no process of the job.
 """
 
 import os
 import re
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from dataclasses import dataclass, replace
+from typing import Dict, Iterator, Optional
+
+from ..snapshot import SlurmJob
 
 
 @dataclass(frozen=True)
 class ProcessOwner:
-    """The container and pod a process runs in; both None for a process of the host itself."""
+    """The container and pod a process runs in, both None for a process of the host itself, and
+    the Slurm job step it runs in, if any."""
 
     container_id: Optional[str]
     pod_uid: Optional[str]
+    slurm: Optional[SlurmJob] = None
 
 
 _HOST = ProcessOwner(None, None)
@@ -47,6 +60,17 @@ _CONTAINER = re.compile(_RUNTIME_PREFIX + r"?(?P<id>[0-9a-f]{64})(?:\.scope)?")
 _CONMON = re.compile(r"(?:crio|libpod)-conmon-[0-9a-f]{64}(?:\.scope)?")
 # cgroup v2 marks the cgroup of an exited, not yet reaped process this way.
 _DELETED = " (deleted)"
+# What lies below the step tells slurmstepd's own cgroup (`slurm`) from the job's tasks'.
+_STEP = r"/job_(?P<job>\d+)(?:/step_(?P<step>[^/]+))?(?P<below>/.*)?$"
+_SLURM_V1 = re.compile(r"/slurm(?:_[^/]+)?/uid_(?P<uid>\d+)" + _STEP)
+_SLURM_V2 = re.compile(r"/(?:[^/]+_)?slurmstepd\.scope" + _STEP)
+# What the job's processes' environments add to their job; the rest of the environment is not read.
+_SLURM_ENVIRONMENT = {
+    "SLURM_JOB_NAME": "name",
+    "SLURM_JOB_PARTITION": "partition",
+    "SLURM_JOB_ACCOUNT": "account",
+    "SLURM_JOB_USER": "user",
+}
 
 
 def parse_cgroup(text: str) -> ProcessOwner:
@@ -55,10 +79,13 @@ def parse_cgroup(text: str) -> ProcessOwner:
     cgroup v1 lists one line per hierarchy, and some (rdma, the hybrid `0::` line) may stay at
     `/` for a container process, so the first line naming a container wins, then one naming a pod.
     """
-    owners = [_owner_of_path(path) for path in _paths(text)]
+    paths = list(_paths(text))
+    owners = [_owner_of_path(path) for path in paths]
     with_container = [owner for owner in owners if owner.container_id]
     with_pod = [owner for owner in owners if owner.pod_uid]
-    return (with_container or with_pod or [_HOST])[0]
+    owner = (with_container or with_pod or [_HOST])[0]
+    jobs = [job for job in map(_slurm_of_path, paths) if job]
+    return replace(owner, slurm=jobs[0]) if jobs else owner
 
 
 def process_owner(proc_root: str, pid: int) -> Optional[ProcessOwner]:
@@ -76,6 +103,50 @@ def process_name(proc_root: str, pid: int) -> Optional[str]:
     """The command name of process `pid` (its `comm`), or None when it exited; raises as `process_owner` does."""
     text = _read(proc_root, pid, "comm")
     return None if text is None else text.rstrip("\n")
+
+
+def start_time(proc_root: str, pid: int) -> Optional[int]:
+    """When process `pid` started (clock ticks after boot, field 22 of `stat`): with the pid, it
+    names one process, as a pid alone does not once the kernel reuses it. None when it exited."""
+    text = _read(proc_root, pid, "stat")
+    if text is None:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces and ")": count after the last.
+    fields = text.rpartition(")")[2].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def real_uid(proc_root: str, pid: int) -> Optional[int]:
+    """The real UID of process `pid` (first of `status`'s `Uid:` line), or None when it exited."""
+    for line in (_read(proc_root, pid, "status") or "").splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+def environment(proc_root: str, pid: int) -> Optional[Dict[str, str]]:
+    """The environment process `pid` started with, or None when it exited.
+
+    Unlike `cgroup`, `environ` is readable only by the process's own user, root, or with
+    CAP_SYS_PTRACE, so a PermissionError here is the normal answer to an Agent that is none of these.
+    """
+    text = _read(proc_root, pid, "environ")
+    if text is None:
+        return None
+    return dict(entry.split("=", 1) for entry in text.split("\0") if "=" in entry)
+
+
+def with_environment(job: SlurmJob, env: Dict[str, str]) -> SlurmJob:
+    """`job` with the name, partition, account and user its process's environment gives."""
+    return replace(job, **{field: env[name] for name, field in _SLURM_ENVIRONMENT.items() if env.get(name)})
+
+
+def _slurm_of_path(path: str) -> Optional[SlurmJob]:
+    found = _SLURM_V1.search(path) or _SLURM_V2.search(path)
+    if found is None or (found["below"] or "/").split("/")[1] == "slurm":
+        return None  # not Slurm's, or slurmstepd in its step's own cgroup
+    uid = found.groupdict().get("uid")
+    return SlurmJob(job_id=found["job"], step=found["step"], uid=int(uid) if uid else None)
 
 
 def _paths(text: str) -> Iterator[str]:

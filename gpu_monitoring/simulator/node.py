@@ -1,5 +1,5 @@
 """The rest of a simulated node: its proc root and, for a scenario with pods, a real kubelet and
-pod-resources socket.
+pod-resources socket. A scenario's `slurm` jobs (see simulator.slurm) place processes in jobs.
 
 A scenario's `kubernetes.pods` lists pods, their containers, the devices each container was
 given and the GPU processes it runs:
@@ -41,6 +41,7 @@ from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
 from .proc_root import build_proc_root
+from .slurm import slurm_processes
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 
@@ -147,6 +148,7 @@ class SimulatedNode:
             for c in pod["containers"]
             for pid in c.get("processes", [])
         }
+        owners.update(slurm_processes(self.nvml.scenario.extra.get("slurm", {})))
         found = {}
         for device in self.nvml.devices:
             for process in device.spec.processes + [p for m in device.spec.mig for p in m.processes]:

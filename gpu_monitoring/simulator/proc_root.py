@@ -1,8 +1,8 @@
-"""A fake proc root: `<pid>/comm` and `<pid>/cgroup` files as a GPU node's kernel would show them.
+"""A fake proc root: `<pid>/{comm,cgroup,stat,status,environ}` as a GPU node's kernel would show them.
 
 Each container's cgroup path is rendered the way its runtime lays it out under the kubelet,
-for either cgroup driver and either cgroup version, so the attribution code reads the same
-text it meets on real nodes.
+for either cgroup driver and either cgroup version, and each Slurm job step's the way slurmstepd
+lays it out, so the attribution code reads the same text it meets on real nodes.
 """
 
 import re
@@ -27,13 +27,19 @@ _V1_HIERARCHIES = (
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 _POD_UID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32}")
 _USER_SESSION = "/user.slice/user-1000.slice/session-3.scope"
+# Slurm's cgroup v1 plugins: proctrack/cgroup tracks the step in freezer, task/cgroup constrains
+# each task in these; slurmd's own unit stays in systemd's hierarchy.
+_SLURM_TASK_HIERARCHIES = ("cpu,cpuacct", "memory", "devices", "cpuset")
+_DEFAULT_START = 4_200_000  # clock ticks after boot: a process started some eleven hours in
+_PATH = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"}
 
 
 def build_proc_root(directory: Path, processes: Iterable[Mapping]) -> Path:
-    """Write `<directory>/<pid>/{comm,cgroup}` for each process and return `directory`.
+    """Write `<directory>/<pid>/{comm,cgroup,stat,status,environ}` for each process and return `directory`.
 
     A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
-    keyword arguments of `cgroup_text`.
+    keyword arguments of `cgroup_text`; optionally `uid` (0), `start_time` (clock ticks after
+    boot) and `environ` (a mapping; a PATH by default).
     """
     for process in processes:
         pid_dir = directory / str(process["pid"])
@@ -41,7 +47,43 @@ def build_proc_root(directory: Path, processes: Iterable[Mapping]) -> Path:
         (pid_dir / "comm").write_text(f"{process['name']}\n")
         options = {key: process[key] for key in _CGROUP_KEYS if key in process}
         (pid_dir / "cgroup").write_text(process["cgroup"] if "cgroup" in process else cgroup_text(**options))
+        (pid_dir / "stat").write_text(_stat(process["pid"], process["name"], process.get("start_time", _DEFAULT_START)))
+        (pid_dir / "status").write_text(_status(process["pid"], process["name"], process.get("uid", 0)))
+        environ = process.get("environ", _PATH)
+        (pid_dir / "environ").write_text("".join(f"{key}={value}\0" for key, value in environ.items()))
     return directory
+
+
+def slurm_cgroup_text(
+    job_id: int, step: str = "0", uid: int = 1000, task: int = 0, cgroup_version: int = 2,
+    nodename: Optional[str] = None,
+) -> str:
+    """The `/proc/<pid>/cgroup` text of task `task` of a Slurm job step, as slurmstepd places it.
+
+    `nodename` is set when the host runs several slurmd (built with --enable-multiple-slurmd).
+    """
+    if cgroup_version == 2:
+        scope = f"{nodename}_slurmstepd.scope" if nodename else "slurmstepd.scope"
+        return f"0::/system.slice/{scope}/job_{job_id}/step_{step}/user/task_{task}\n"
+    if cgroup_version != 1:
+        raise ValueError(f"cgroup_version must be 1 or 2, not {cgroup_version!r}")
+    step_path = f"/{'slurm_' + nodename if nodename else 'slurm'}/uid_{uid}/job_{job_id}/step_{step}"
+    paths = {"freezer": step_path, "name=systemd": "/system.slice/slurmd.service"}
+    paths.update(dict.fromkeys(_SLURM_TASK_HIERARCHIES, f"{step_path}/task_{task}"))
+    numbered = reversed(list(enumerate(_V1_HIERARCHIES, 1)))
+    return "".join(f"{number}:{name}:{paths.get(name, '/')}\n" for number, name in numbered)
+
+
+def _stat(pid: int, name: str, start_time: int) -> str:
+    # Fields 3-21 (state, parent, group, session, terminal, flags, faults, times, priority, threads),
+    # 22 the start time, 23-52 the rest: only the start time matters here.
+    before = ["S", "1", str(pid), str(pid), "0", "-1", "4194560"] + ["0"] * 12
+    return f"{pid} ({name}) " + " ".join(before + [str(start_time)] + ["0"] * 30) + "\n"
+
+
+def _status(pid: int, name: str, uid: int) -> str:
+    ids = "\t".join([str(uid)] * 4)  # real, effective, saved, filesystem
+    return f"Name:\t{name}\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\nUid:\t{ids}\nGid:\t{ids}\n"
 
 
 def cgroup_text(

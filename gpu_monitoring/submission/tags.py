@@ -63,7 +63,8 @@ def mig_tags(instance: MigInstance, parent: Device, parent_tags: List[str], view
 
 
 def process_tags(process: Process, target_tags: List[str], holder: Optional[Holder], tagger: Tagger) -> List[str]:
-    own = _pairs({"pid": process.pid, "process_name": process.name})
+    step = process.slurm.step if process.slurm else None
+    own = _pairs({"pid": process.pid, "process_name": process.name, "slurm_step": step})
     return merge(target_tags, own, holder.tags(tagger) if holder else ())
 
 
