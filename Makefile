@@ -11,8 +11,11 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install -q -e ".[deps,dev]"
 	touch $(STAMP)
 
+# Another simulated node: make demo SCENARIO=t4-shared (a100-mig, legacy-driver, faults, l4-mixed, hpc-slurm).
+SCENARIO ?= dgx-h100
+
 demo: $(STAMP)
-	$(BIN)/gpu-monitoring check --simulate dgx-h100
+	$(BIN)/gpu-monitoring check --simulate $(SCENARIO)
 
 # Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends.
 ATTRIBUTION_TESTS = tests/test_pod_resources.py tests/test_kubelet.py $(wildcard tests/test_attribution*.py)

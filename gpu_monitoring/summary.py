@@ -72,8 +72,9 @@ def _workload_costs(metrics: List[dict]) -> Dict[str, Tuple[float, float, float]
 
 
 def _holders(metrics: List[dict], index: str) -> str:
-    who = sorted({_who(tags) for tags in map(_tags, _series(metrics, "workload.gpus"))
-                  if tags.get("gpu_index") == index})
+    # A container using a GPU it was not given is a workload holding none of it.
+    who = sorted({_who(_tags(series)) for series in _series(metrics, "workload.gpus")
+                  if _tags(series).get("gpu_index") == index and series["value"] > 0})
     if len(who) > 2:
         return f"{len(who)} workloads"
     return ", ".join(who) or "-"
