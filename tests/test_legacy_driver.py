@@ -3,8 +3,11 @@
 import logging
 
 import pytest
+import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_metadata_metrics
+
+from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 
 MIB = 1024 * 1024
 V100, P4000 = 0, 1
@@ -124,3 +127,32 @@ def test_healthy_and_quiet(node, caplog, aggregator, datadog_agent):
         legacy.check.check_id,
         {"driver_version": "470.256.02", "nvml_version": "11.470.256.02", "cuda_driver_version": "11.4"},
     )
+
+
+# A driver older than 470 (418, CUDA 10.1) has neither the `_v2` nor the `_v3` process queries.
+V1_ONLY_MISSING = [
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+]
+
+
+@pytest.fixture
+def v1_only(node, tmp_path):
+    scenario = yaml.safe_load((SCENARIO_DIR / "legacy-driver.yaml").read_text())
+    scenario["driver"] = {"version": "418.226.00", "nvml_version": "10.418.226.00", "cuda_version": 10010}
+    scenario["missing_functions"] += V1_ONLY_MISSING
+    path = tmp_path / "driver-418.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return node(str(path)).run(RUNS)
+
+
+def test_processes_through_the_unversioned_query(v1_only):
+    assert v1_only.values("processes.count") == {V100: 1, P4000: 1}
+    memory = v1_only.keyed("process.memory.used", lambda t: int(t["pid"]))
+    assert memory == {9101: 28400 * MIB, 9202: 3100 * MIB}
+    names = {t for s in v1_only.series("process.memory.used") for t in s.tags if t.startswith("process_name:")}
+    assert names == {"process_name:python", "process_name:blender"}
+    assert v1_only.sim.calls["nvmlDeviceGetComputeRunningProcesses"] > 0
+    for symbol in V1_ONLY_MISSING:
+        assert v1_only.sim.calls[symbol] == 0, symbol
+

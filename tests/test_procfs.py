@@ -1,5 +1,6 @@
 """Processes to containers and pods, from the cgroup files a node's kernel shows in /proc."""
 
+import errno
 import itertools
 import logging
 import os
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup, process_name, process_owner
+from gpu_monitoring.kube.procfs import ProcessOwner, fault_of, parse_cgroup, process_name, process_owner
 from gpu_monitoring.simulator.proc_root import build_proc_root, cgroup_text
 
 CID = "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
@@ -299,3 +300,29 @@ def test_container_host_process(tmp_path, case, container_id):
 def test_every_cgroup_file_has_a_case():
     cases = {case for case, _ in CONTAINER_HOST_CASES}
     assert {name.removesuffix(".cgroup") for name in os.listdir(CGROUP_DATA)} == cases
+
+
+def test_unreadable_cgroups_are_faults_of_the_file_not_the_process(tmp_path):
+    proc_root = build_proc_root(tmp_path, [{"pid": 100, "name": "a"}, {"pid": 200, "name": "b"}])
+    (proc_root / "100" / "cgroup").unlink()
+    (proc_root / "100" / "cgroup").mkdir()
+    loop = proc_root / "200" / "cgroup"
+    loop.unlink()
+    os.symlink(loop, loop)
+    faults = []
+    for pid in (100, 200):
+        with pytest.raises(OSError) as raised:
+            process_owner(str(proc_root), pid)
+        faults.append(fault_of(str(proc_root), pid, raised.value))
+    assert [f.key for f in faults] == [("cgroup", errno.EISDIR), ("cgroup", errno.ELOOP)]
+    assert "pid 100" in str(faults[0]) and str(proc_root) in str(faults[0])
+
+
+def test_missing_proc_root_is_one_fault_whatever_the_process(tmp_path):
+    missing = str(tmp_path / "host" / "proc")
+    faults = set()
+    for pid in (100, 200):
+        with pytest.raises(FileNotFoundError) as raised:
+            process_name(missing, pid)
+        faults.add(fault_of(missing, pid, raised.value).key)
+    assert faults == {("", errno.ENOENT)}

@@ -1,9 +1,9 @@
 """Compute and MPS-client processes on a GPU or MIG instance: memory, engine use, name, owner."""
 
 import logging
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Set, Tuple
 
-from ..kube.procfs import process_name
+from ..kube.procfs import ProcFault, fault_of, process_name
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..snapshot import Process
@@ -24,10 +24,12 @@ class Processes(Collector):
     def __init__(self, proc_root: Optional[str] = "/proc"):
         self.proc_root = proc_root
         self._since: Dict[Tuple[int, Optional[int]], int] = {}
-        self._proc_problem: Optional[str] = None
+        self._faults = ProcFaults()
+        self._collected: Set[Tuple[int, Optional[int]]] = set()
         self._owners = ProcessOwners(proc_root) if proc_root else None
 
     def collect(self, device: Device, fields: Fields, out) -> None:
+        self._count_run(sample_key(device))
         try:
             found = [Process(**p) for p in device.processes()]
         except CannotAnswer:
@@ -39,6 +41,13 @@ class Processes(Collector):
                 self._set_usage(process, usage.get(process.pid, {}))
             self._set_owner(process)
         out.processes = found
+
+    def _count_run(self, key: Tuple[int, Optional[int]]) -> None:
+        # Collectors hear of devices, not of runs: a device seen again means a new run began.
+        if key in self._collected:
+            self._faults.end_run()
+            self._collected = set()
+        self._collected.add(key)
 
     def _utilization(self, device: Device) -> Optional[Dict[int, Dict[str, float]]]:
         """Usage by pid since the last run; None where the device has no per-process sampling."""
@@ -63,10 +72,7 @@ class Processes(Collector):
         try:
             self._read_owner(process)
         except OSError as e:
-            # A missing proc root mount or a hidepid /proc: say so once, keep reporting the GPUs.
-            if self._proc_problem != str(e):
-                log.warning("cannot read processes under proc_root %s: %s", self.proc_root, e)
-                self._proc_problem = str(e)
+            self._faults.saw(fault_of(self.proc_root, process.pid, e))
 
     def _read_owner(self, process: Process) -> None:
         process.name = process_name(self.proc_root, process.pid)
@@ -76,3 +82,23 @@ class Processes(Collector):
 
     def forget(self) -> None:
         self._since = {}
+
+
+class ProcFaults:
+    """Faults reading the proc root, logged when each begins and when it ends: a missing mount
+    fails every process in every run, and a log line for each would bury everything else."""
+
+    def __init__(self) -> None:
+        self._active: Dict[Tuple[str, int], ProcFault] = {}
+        self._seen: Set[Tuple[str, int]] = set()
+
+    def saw(self, fault: ProcFault) -> None:
+        self._seen.add(fault.key)
+        if fault.key not in self._active:
+            self._active[fault.key] = fault
+            log.warning("%s: those processes are reported without their name or owner", fault)
+
+    def end_run(self) -> None:
+        for key in set(self._active) - self._seen:
+            log.info("%s no longer: process names and owners are read again", self._active.pop(key))
+        self._seen = set()

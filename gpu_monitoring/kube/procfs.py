@@ -31,7 +31,7 @@ the node name appears with several slurmd per host. slurmstepd itself waits in t
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..snapshot import SlurmJob
 
@@ -86,6 +86,37 @@ def parse_cgroup(text: str) -> ProcessOwner:
     owner = (with_container or with_pod or [_HOST])[0]
     jobs = [job for job in map(_slurm_of_path, paths) if job]
     return replace(owner, slurm=jobs[0]) if jobs else owner
+
+
+@dataclass(frozen=True)
+class ProcFault:
+    """Why a file under the proc root could not be read: the same reason for many processes is one fault."""
+
+    proc_root: str
+    file: str  # the file of every process that cannot be read, or "" when the proc root itself is missing
+    errno: int
+    reason: str
+    pid: int  # the first process it was seen for
+
+    @property
+    def key(self) -> Tuple[str, int]:
+        return self.file, self.errno
+
+    def __str__(self) -> str:
+        if not self.file:
+            return f"proc_root {self.proc_root} does not exist (is the host's /proc mounted there?)"
+        where = f"under {self.proc_root} ({self.reason}; first for pid {self.pid})"
+        return f"cannot read `{self.file}` of processes {where}"
+
+
+def fault_of(proc_root: str, pid: int, error: OSError) -> ProcFault:
+    """The fault a read under the proc root raised: `process_owner` and `process_name` raise
+    FileNotFoundError only for a missing proc root, other errors for a file that is unreadable
+    (no permission, a directory, a symlink loop)."""
+    if isinstance(error, FileNotFoundError):
+        return ProcFault(proc_root, "", error.errno or 0, error.strerror or str(error), pid)
+    file = os.path.basename(error.filename) if isinstance(error.filename, str) else ""
+    return ProcFault(proc_root, file or "?", error.errno or 0, error.strerror or str(error), pid)
 
 
 def process_owner(proc_root: str, pid: int) -> Optional[ProcessOwner]:

@@ -7,6 +7,7 @@ again until the session restarts. Values come back as plain Python numbers and s
 
 import ctypes
 import logging
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import pynvml
@@ -86,7 +87,7 @@ class Device:
         if key in self._refused:
             raise CannotAnswer(f"{function} is not available on {self!r}")
         try:
-            return getattr(pynvml, function)(self.handle, *args)
+            return (_BINDINGS.get(function) or getattr(pynvml, function))(self.handle, *args)
         except _LOST as e:
             raise GpuLost(f"{function}: {e}") from e
         except pynvml.NVMLError_Uninitialized as e:
@@ -292,17 +293,13 @@ class Device:
 
     def processes(self) -> List[Dict[str, Any]]:
         """Compute and MPS-client processes: pid, used_memory (bytes or None), kind, instance ids."""
-        found = []
-        compute = self.call_first(
-            ("nvmlDeviceGetComputeRunningProcesses_v3",), ("nvmlDeviceGetComputeRunningProcesses_v2",)
-        )
-        found += [_process(p, "compute") for p in compute]
+        found = [_process(p, "compute") for p in self.call_first(*_versions("nvmlDeviceGetComputeRunningProcesses"))]
         try:
-            found += [_process(p, "mps") for p in self.call("nvmlDeviceGetMPSComputeRunningProcesses_v3")]
+            mps = self.call_first(*_versions("nvmlDeviceGetMPSComputeRunningProcesses"))
+            found += [_process(p, "mps") for p in mps]
         except CannotAnswer:
             pass
         return found
-
 
     def process_utilization(self, since_us: int) -> Tuple[Dict[int, Dict[str, float]], int]:
         """Per-process engine use from samples newer than since_us, and the newest sample's time.
@@ -325,6 +322,51 @@ class Device:
             for pid, total in sums.items()
         }
         return usage, newest
+
+
+class ProcessInfoV1(ctypes.Structure):
+    """`nvmlProcessInfo_v1_t`, what drivers before the `_v2` queries (R450) fill in."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+def _versions(query: str) -> Tuple[Tuple[str], ...]:
+    return (f"{query}_v3",), (f"{query}_v2",), (query,)
+
+
+def _v1_processes(symbol: str) -> Callable[[Any], List[Any]]:
+    """pynvml's unversioned process queries call the `_v3` symbol, so an old driver's own
+    unversioned symbol is called here, with the struct it fills in."""
+
+    def query(handle: Any) -> List[Any]:
+        function = pynvml._nvmlGetFunctionPointer(symbol)
+        count = ctypes.c_uint(0)
+        status = function(handle, ctypes.byref(count), None)
+        if status == pynvml.NVML_SUCCESS:
+            return []
+        if status != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(status)
+        # Room for processes started between the two calls.
+        count.value = count.value * 2 + 5
+        entries = (ProcessInfoV1 * count.value)()
+        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
+        return [_available(entry) for entry in entries[: count.value]]
+
+    return query
+
+
+def _available(entry: ProcessInfoV1) -> Any:
+    memory = entry.usedGpuMemory
+    # Windows' WDDM mode cannot tell a process's memory: NVML says so with all bits set.
+    unknown = memory == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+    return SimpleNamespace(pid=entry.pid, usedGpuMemory=None if unknown else memory)
+
+
+# Queries whose pynvml binding cannot reach the symbol an old driver has.
+_BINDINGS: Dict[str, Callable[..., Any]] = {
+    name: _v1_processes(name)
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
+}
 
 
 def _process(info: Any, kind: str) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ import ctypes
 
 import pynvml
 
+from ..nvml.device import ProcessInfoV1
 from .abi import nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
 from .device_model import MIB
 
@@ -349,7 +350,7 @@ def nvmlDeviceGetComputeInstanceId(sim, target, out):
 # --- processes ---------------------------------------------------------------------
 
 
-def _processes(sim, target, count_ptr, array_ptr, kind):
+def _processes(sim, target, count_ptr, array_ptr, kind, struct):
     now = sim.now()
     pool = target.mig.processes(now) if target.mig else target.device.processes(now)
     procs = [p for p in pool if p.get("type", "compute") == kind]
@@ -359,28 +360,29 @@ def _processes(sim, target, count_ptr, array_ptr, kind):
         return OK
     if array_ptr is None or capacity < len(procs):
         return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-    entries = (pynvml.c_nvmlProcessInfo_v2_t * len(procs)).from_address(array_ptr)
-    for entry, proc in zip(entries, procs):
+    for entry, proc in zip((struct * len(procs)).from_address(array_ptr), procs):
         entry.pid = proc["pid"]
         entry.usedGpuMemory = int(proc.get("memory_mib", 0) * MIB)
-        entry.gpuInstanceId = proc.get("gpu_instance_id", 0xFFFFFFFF)
-        entry.computeInstanceId = proc.get("compute_instance_id", 0xFFFFFFFF)
+        if hasattr(entry, "gpuInstanceId"):  # the v1 struct predates MIG
+            entry.gpuInstanceId = proc.get("gpu_instance_id", 0xFFFFFFFF)
+            entry.computeInstanceId = proc.get("compute_instance_id", 0xFFFFFFFF)
     return OK
 
 
-@nvml("hpp")
-def nvmlDeviceGetComputeRunningProcesses_v3(sim, target, count_ptr, array_ptr):
-    return _processes(sim, target, count_ptr, array_ptr, "compute")
+def _process_query(name: str, kind: str, struct) -> None:
+    def query(sim, target, count_ptr, array_ptr):
+        return _processes(sim, target, count_ptr, array_ptr, kind, struct)
+
+    query.__name__ = name
+    nvml("hpp")(query)
 
 
-@nvml("hpp")
-def nvmlDeviceGetComputeRunningProcesses_v2(sim, target, count_ptr, array_ptr):
-    return _processes(sim, target, count_ptr, array_ptr, "compute")
-
-
-@nvml("hpp")
-def nvmlDeviceGetMPSComputeRunningProcesses_v3(sim, target, count_ptr, array_ptr):
-    return _processes(sim, target, count_ptr, array_ptr, "mps")
+# Every version of the queries: the struct grew MIG instance IDs in _v2; _v3 kept _v2's layout.
+for _query, _kind in (("nvmlDeviceGetComputeRunningProcesses", "compute"),
+                      ("nvmlDeviceGetMPSComputeRunningProcesses", "mps")):
+    for _suffix, _struct in (("_v3", pynvml.c_nvmlProcessInfo_v2_t), ("_v2", pynvml.c_nvmlProcessInfo_v2_t),
+                             ("", ProcessInfoV1)):
+        _process_query(_query + _suffix, _kind, _struct)
 
 
 @nvml("hppU")
