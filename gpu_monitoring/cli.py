@@ -36,7 +36,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         return sidecar_command.run_healthz(args)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    return run_check(args)
+    return _run_check_or_explain(args)
+
+
+class ConfigFileError(Exception):
+    """The --config file cannot be read as init_config and a list of instances."""
+
+
+def _run_check_or_explain(args: argparse.Namespace) -> int:
+    """A configuration the check refuses is one line on stderr and exit status 2, as a usage error."""
+    from datadog_checks.base import ConfigurationError
+
+    try:
+        return run_check(args)
+    except (ConfigFileError, ConfigurationError) as e:
+        reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        sys.stderr.write(f"gpu-monitoring check: {reason}\n")
+        return 2
 
 
 def write_metadata(path: Optional[str]) -> int:
@@ -58,7 +74,7 @@ def run_check(args: argparse.Namespace) -> int:
     failed = False
     for instance in instances:
         check = GpuMonitoringCheck("gpu_monitoring", init_config, [instance])
-        interval = instance.get("min_collection_interval", DEFAULT_INTERVAL)
+        interval = instance.get("min_collection_interval") or DEFAULT_INTERVAL
         previous: Dict[Tuple, float] = {}
         for run in range(args.runs):
             if run:
@@ -76,13 +92,32 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def _instances(args: argparse.Namespace) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    if args.config:
-        raw = yaml.safe_load(Path(args.config).read_text()) or {}
-        init_config, instances = raw.get("init_config") or {}, raw.get("instances") or [{}]
-    else:
-        init_config, instances = {}, [{}]
+    init_config, instances = _read_config(args.config) if args.config else ({}, [{}])
     if args.simulate:
         instances = [dict(instance, simulate=args.simulate) for instance in instances]
+    return init_config, instances
+
+
+def _read_config(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """init_config and the instances of a conf.yaml, as the Agent would take them."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigFileError(f"cannot read --config {path}: {e}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigFileError(f"--config {path} must be a mapping of init_config and instances; "
+                              f"got a {type(raw).__name__}")
+    init_config, instances = raw.get("init_config") or {}, raw.get("instances") or [{}]
+    if not isinstance(init_config, dict):
+        raise ConfigFileError(f"`init_config` in {path} must be a mapping; got {init_config!r}")
+    if not isinstance(instances, list):
+        raise ConfigFileError(f"`instances` in {path} must be a list of mappings; got {instances!r}")
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict):
+            raise ConfigFileError(f"`instances` item {index} in {path} must be a mapping of options "
+                                  f"(`{{}}` for the defaults); got {instance!r}")
     return init_config, instances
 
 

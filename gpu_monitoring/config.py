@@ -7,12 +7,19 @@ from typing import Any, Dict, List, Mapping, Optional
 from datadog_checks.base import ConfigurationError
 
 from .collectors import COLLECTOR_NAMES
-from .kube.kubelet import kubelet_settings
-from .options import boolean, integers, names, number, strings, text
+from .kube.kubelet import DEFAULT_TIMEOUT, kubelet_settings
+from .options import boolean, integers, names, number, socket_path, strings, text, url
 from .sidecar.protocol import DEFAULT_SOCKET
 
 SOURCES = ("local", "sidecar")
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# Beyond these a value is a typo, not a choice: a margin over any slowdown threshold warns on every
+# GPU, a timeout longer than a minute holds the Agent's worker, no currency prices a GPU hour at a
+# billion, and no GPU runs a million processes.
+MAX_TEMPERATURE_MARGIN = 100
+MAX_KUBELET_TIMEOUT = 60
+MAX_PRICE = 1e9
+MAX_PROCESSES_PER_DEVICE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -39,36 +46,61 @@ class InstanceConfig:
 
 
 def parse(instance: Mapping[str, Any]) -> InstanceConfig:
-    options: Dict[str, Any] = {}
-    source = instance.get("source", "local")
+    """The instance's options, each checked; a ConfigurationError names the first wrong one."""
+    options = _source(instance)
+    options.update(_collection(instance))
+    options.update(_kubernetes(instance))
+    options.update(_judgement(instance))
+    _standard(instance)
+    return InstanceConfig(**options)
+
+
+def _source(instance: Mapping[str, Any]) -> Dict[str, Any]:
+    source = text(instance, "source", "local")
     if source not in SOURCES:
         raise ConfigurationError(f"`source` must be one of {', '.join(SOURCES)}; got {source!r}")
-    options["source"] = source
-    options["sidecar_socket"] = text(instance, "sidecar_socket", DEFAULT_SOCKET)
-    options["ignore_missing_sidecar"] = boolean(instance, "ignore_missing_sidecar", False)
-    for name in ("nvml_library_path", "simulate"):
-        options[name] = text(instance, name, None)
+    options = {name: text(instance, name, None) for name in ("nvml_library_path", "simulate")}
     if source == "sidecar" and (options["simulate"] or options["nvml_library_path"]):
         raise ConfigurationError(
             "`simulate` and `nvml_library_path` belong to the sidecar when `source` is sidecar: "
             "give them to `gpu-monitoring sidecar` instead"
         )
-    options["collect_processes"] = boolean(instance, "collect_processes", True)
-    options["disabled_collectors"] = names(instance, "disabled_collectors", COLLECTOR_NAMES)
-    options["xid_ignore"] = integers(instance, "xid_ignore")
-    options["temperature_margin"] = number(instance, "temperature_margin", 5.0, minimum=0)
-    options["tags"] = strings(instance, "tags")
-    options.update(_kubernetes(instance))
-    options["proc_root"] = text(instance, "proc_root", default_proc_root())
-    cap = number(instance, "max_processes_per_device", 64, minimum=0, integer=True)
+    options["source"] = source
+    options["sidecar_socket"] = socket_path(instance, "sidecar_socket", DEFAULT_SOCKET)
+    options["ignore_missing_sidecar"] = boolean(instance, "ignore_missing_sidecar", False)
+    return options
+
+
+def _collection(instance: Mapping[str, Any]) -> Dict[str, Any]:
+    options: Dict[str, Any] = {
+        "collect_processes": boolean(instance, "collect_processes", True),
+        "disabled_collectors": names(instance, "disabled_collectors", COLLECTOR_NAMES),
+        "tags": strings(instance, "tags"),
+        "proc_root": text(instance, "proc_root", default_proc_root()),
+    }
+    cap = number(instance, "max_processes_per_device", 64, 0, MAX_PROCESSES_PER_DEVICE, integer=True)
     options["max_processes_per_device"] = int(cap)
-    options["hourly_price"] = _prices(instance)
-    price = instance.get("default_hourly_price")
-    options["default_hourly_price"] = None if price is None else number(instance, "default_hourly_price", 0, 0)
-    options["effective_threshold"] = number(instance, "effective_threshold", 50.0, minimum=0, maximum=100)
     if not options["collect_processes"] and "processes" not in options["disabled_collectors"]:
         options["disabled_collectors"] = options["disabled_collectors"] + ["processes"]
-    return InstanceConfig(**options)
+    return options
+
+
+def _judgement(instance: Mapping[str, Any]) -> Dict[str, Any]:
+    """What turns readings into health, effectiveness and cost."""
+    price = instance.get("default_hourly_price")
+    return {
+        "xid_ignore": integers(instance, "xid_ignore"),
+        "temperature_margin": number(instance, "temperature_margin", 5.0, 0, MAX_TEMPERATURE_MARGIN),
+        "hourly_price": _prices(instance),
+        "default_hourly_price": None if price is None else number(instance, "default_hourly_price", 0, 0, MAX_PRICE),
+        "effective_threshold": number(instance, "effective_threshold", 50.0, minimum=0, maximum=100),
+    }
+
+
+def _standard(instance: Mapping[str, Any]) -> None:
+    """The Agent's own options, which it would take as they come: NaN as an interval, an empty service."""
+    number(instance, "min_collection_interval", 15, minimum=0, strict=True)
+    text(instance, "service")
 
 
 def default_proc_root() -> str:
@@ -77,14 +109,20 @@ def default_proc_root() -> str:
 
 
 def _kubernetes(instance: Mapping[str, Any]) -> Dict[str, Any]:
-    mode = instance.get("kubernetes", "auto")
-    mode = {True: "true", False: "false"}.get(mode, mode)
-    if mode not in ("auto", "true", "false"):
+    mode = instance.get("kubernetes")
+    if mode is None:
+        mode = "auto"
+    if isinstance(mode, bool):  # not a dict lookup: 1 and 0 would pass as True and False
+        mode = "true" if mode else "false"
+    if not isinstance(mode, str) or mode not in ("auto", "true", "false"):
         raise ConfigurationError(f"`kubernetes` must be auto, true or false; got {mode!r}")
+    # kubelet_settings checks these too, but not that the URL parses nor that a timeout of 0 is useless.
+    url(instance, "kubelet_url", "https://host:10250")
+    number(instance, "kubelet_timeout", DEFAULT_TIMEOUT, minimum=0, maximum=MAX_KUBELET_TIMEOUT, strict=True)
     return {
         "kubernetes": mode,
         "kubelet": kubelet_settings(instance),
-        "pod_resources_socket": text(instance, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
+        "pod_resources_socket": socket_path(instance, "pod_resources_socket", DEFAULT_POD_RESOURCES_SOCKET),
         "gpu_resource_names": strings(instance, "gpu_resource_names"),
     }
 
@@ -93,12 +131,19 @@ def _prices(instance: Mapping[str, Any]) -> Dict[str, float]:
     prices = instance.get("hourly_price")
     if prices is None:
         return {}
-    if not isinstance(prices, dict) or not all(
-        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-        for k, v in prices.items()
-    ):
+    if not isinstance(prices, dict) or not all(_price(k, v) for k, v in prices.items()):
         raise ConfigurationError(
-            "`hourly_price` must map GPU model names or globs to prices >= 0 "
+            f"`hourly_price` must map GPU model names or globs to finite prices >= 0 and <= {MAX_PRICE:g} "
             f"(e.g. 'NVIDIA H100*': 4.5); got {prices!r}"
         )
     return {k: float(v) for k, v in prices.items()}
+
+
+def _price(model: Any, price: Any) -> bool:
+    if not isinstance(model, str) or not model.strip() or price is None:
+        return False
+    try:
+        number({"price": price}, "price", 0, 0, MAX_PRICE)
+    except ConfigurationError:
+        return False
+    return True

@@ -1,8 +1,13 @@
 """Reading one instance option: its type and range checked, with an error that names the option."""
 
+import math
 from typing import Any, List, Mapping, Optional
+from urllib.parse import urlsplit
 
 from datadog_checks.base import ConfigurationError
+
+# sockaddr_un holds 108 bytes with the terminating NUL: a longer path cannot be bound or connected.
+MAX_SOCKET_PATH_BYTES = 107
 
 
 def text(instance: Mapping[str, Any], name: str, default: Optional[str] = None) -> Optional[str]:
@@ -10,8 +15,36 @@ def text(instance: Mapping[str, Any], name: str, default: Optional[str] = None) 
     if value is None:
         # An option left empty in YAML (`proc_root:`) is the same as one not given.
         return default
-    if not isinstance(value, str) or not value.strip():
+    # A NUL cannot be in a path or a URL: the OS calls fail on it at every run instead.
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
+    return value
+
+
+def socket_path(instance: Mapping[str, Any], name: str, default: str) -> str:
+    """A unix socket's path, short enough for AF_UNIX."""
+    value = text(instance, name, default)
+    if len(value.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
+        raise ConfigurationError(
+            f"`{name}` must be a unix socket path of at most {MAX_SOCKET_PATH_BYTES} bytes; got {value!r}"
+        )
+    return value
+
+
+def url(instance: Mapping[str, Any], name: str, example: str) -> Optional[str]:
+    """An http(s) URL with a host and, if any, a numeric port in range; None when not given."""
+    value = text(instance, name)
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        # `.port` raises ValueError for a port that is not a number in 0-65535.
+        port_ok = parts.port is None or parts.port > 0
+        good = port_ok and parts.scheme in ("http", "https") and bool(parts.hostname) and value.isprintable()
+    except ValueError:
+        good = False
+    if not good or any(c.isspace() for c in value):
+        raise ConfigurationError(f"`{name}` must be an http(s) URL such as {example}; got {value!r}")
     return value
 
 
@@ -27,16 +60,28 @@ def boolean(instance: Mapping[str, Any], name: str, default: Optional[bool]) -> 
 
 def number(
     instance: Mapping[str, Any], name: str, default: float, minimum: float,
-    maximum: Optional[float] = None, integer: bool = False,
+    maximum: Optional[float] = None, integer: bool = False, strict: bool = False,
 ) -> float:
-    value = instance.get(name, default)
+    """A number in range; `strict` excludes the minimum itself (a timeout of 0 fails every request)."""
+    value = instance.get(name)
+    if value is None:
+        value = default  # left empty in YAML: as if not given, as for every other kind of option
     kinds = (int,) if integer else (int, float)
-    bad = isinstance(value, bool) or not isinstance(value, kinds) or value < minimum
-    if bad or (maximum is not None and value > maximum):
-        what = "an integer" if integer else "a number"
-        bounds = f">= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, kinds) or not _in_range(value, minimum, maximum, strict):
+        what = "an integer" if integer else "a finite number"
+        bounds = (">" if strict else ">=") + f" {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
         raise ConfigurationError(f"`{name}` must be {what} {bounds}; got {value!r}")
     return float(value)
+
+
+def _in_range(value: float, minimum: float, maximum: Optional[float], strict: bool) -> bool:
+    try:
+        # NaN passes every comparison's negation and inf every minimum: neither means anything here.
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+    above = value > minimum if strict else value >= minimum
+    return finite and above and (maximum is None or value <= maximum)
 
 
 def _list(instance: Mapping[str, Any], name: str) -> list:
@@ -50,8 +95,8 @@ def _list(instance: Mapping[str, Any], name: str) -> list:
 
 def strings(instance: Mapping[str, Any], name: str) -> List[str]:
     values = _list(instance, name)
-    if not all(isinstance(v, str) for v in values):
-        raise ConfigurationError(f"`{name}` must be a list of strings; got {values!r}")
+    if not all(isinstance(v, str) and v.strip() for v in values):
+        raise ConfigurationError(f"`{name}` must be a list of non-empty strings; got {values!r}")
     return values
 
 

@@ -206,6 +206,38 @@ def test_cli_rejects_zero_runs(capsys):
     assert "--runs" in capsys.readouterr().err
 
 
+BAD_CONFIGS = {
+    "a list": (b"- init_config\n- instances\n", "must be a mapping"),
+    "a scalar": (b"42\n", "must be a mapping"),
+    "a null instance": (b"instances:\n  -\n", "`instances` item 0"),
+    "a scalar instance": (b"instances: [{}, local]\n", "`instances` item 1"),
+    "instances not a list": (b"instances: {source: local}\n", "`instances`"),
+    "init_config not a mapping": (b"init_config: [1]\ninstances: [{}]\n", "`init_config`"),
+    "not YAML": (b"instances: [\n", "cannot read"),
+    "binary": (b"\xff\xfe\x00binary", "cannot read"),
+    "a wrong option": (b"instances: [{simulate: t4-shared, temperature_margin: .nan}]\n", "`temperature_margin`"),
+}
+
+
+@pytest.mark.parametrize("content, reason", BAD_CONFIGS.values(), ids=BAD_CONFIGS.keys())
+def test_cli_config_that_is_wrong_is_one_line_and_exit_2(capsys, tmp_path, content, reason):
+    config = tmp_path / "conf.yaml"
+    config.write_bytes(content)
+    assert main(["check", "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("gpu-monitoring check: ") and captured.err.count("\n") == 1
+    assert reason in captured.err
+
+
+def test_cli_config_that_is_missing_or_a_wrong_scenario_is_one_line_and_exit_2(capsys, tmp_path):
+    assert main(["check", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert main(["check", "--simulate", "no-such-scenario"]) == 2
+    err = capsys.readouterr().err
+    assert "`simulate`" in err and err.count("\n") == 1
+
+
 def test_cli_metadata(capsys):
     assert main(["metadata"]) == 0
     out = capsys.readouterr().out

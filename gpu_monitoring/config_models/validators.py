@@ -1,9 +1,19 @@
-# Here you can include additional config validators or transformers
-#
-# def initialize_instance(values, **kwargs):
-#     if 'my_option' not in values and 'my_legacy_option' in values:
-#         values['my_option'] = values['my_legacy_option']
-#     if values.get('my_number') > 10:
-#         raise ValueError('my_number max value is 10, got %s' % str(values.get('my_number')))
-#
-#     return values
+"""Per-option transformers the generated models call for every option an instance sets."""
+
+from . import defaults
+
+
+def _null_is_default(name: str):
+    """An option left empty in YAML (`sidecar_socket:`) means its default, as config.parse reads it;
+    the models would otherwise hand the check None where it uses the value."""
+    default = getattr(defaults, name)
+
+    def validate(value, **kwargs):
+        return default() if value is None else value
+
+    return validate
+
+
+for _name in dir(defaults):
+    if _name.startswith("instance_"):
+        globals()[_name] = _null_is_default(_name)

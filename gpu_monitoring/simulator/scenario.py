@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
+# Scenarios are a few KiB; a path to anything far larger is a mistake, not a node to read into memory.
+MAX_SCENARIO_BYTES = 16 * 1024 * 1024
 
 FAULT_KINDS = {
     "xid",  # an XID event; `lost_for` also makes the GPU fall off the bus
@@ -107,14 +109,26 @@ def resolve(name_or_path: str) -> Path:
 
 def load(name_or_path: str) -> Scenario:
     path = resolve(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"scenario {path}: {e}") from e
+    raw = _read(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"scenario {path}: must be a mapping of driver, models, devices and faults; "
+                            f"got a {type(raw).__name__}")
+    if not isinstance(raw.get("devices"), list):
+        raise ScenarioError(f"scenario {path}: `devices` must be a list; got {raw.get('devices')!r}")
     try:
         return _build(path.stem, raw)
-    except (KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:  # a part of the wrong shape
         raise ScenarioError(f"scenario {path}: {e!r}") from e
+
+
+def _read(path: Path) -> Any:
+    """The file's YAML; anything unreadable (binary, huge, not permitted) is a ScenarioError."""
+    try:
+        if path.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"scenario {path}: larger than {MAX_SCENARIO_BYTES} bytes")
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ScenarioError(f"scenario {path}: cannot be read as YAML: {e}") from e
 
 
 def _build(name: str, raw: Dict[str, Any]) -> Scenario:
