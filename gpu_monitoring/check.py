@@ -143,12 +143,19 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._sidecar_state(AgentCheck.OK, None)
             self._nvml_unavailable(str(e))
             return None
-        self._sidecar_state(AgentCheck.OK, None)
+        self._sidecar_state(*self._events_state())
         if self._unavailable:
             self.log.info("NVML is available again")
             self._unavailable = None
         self.service_check(CAN_CONNECT, AgentCheck.OK, tags=self.options.tags)
         return snapshot
+
+    def _events_state(self) -> tuple:
+        """The sidecar answered; its events may still be unreadable, and wait in its journal."""
+        problem = getattr(self.source, "events_problem", None)
+        if problem is None:
+            return AgentCheck.OK, None
+        return AgentCheck.WARNING, f"its events cannot be read and wait in its journal: {problem}"
 
     def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
         if self.config.source != "sidecar":

@@ -1,14 +1,28 @@
 """The Snapshot: what one collection saw on a node, as plain, versioned, JSON-able data.
 
 Collectors fill it; attribution and submission read it. Local mode passes it in memory,
-sidecar mode as JSON (`to_json` / `from_json`).
+sidecar mode as JSON (`to_json` / `from_json`). What comes as JSON is checked field by field
+against the types below where it enters (`from_dict`), so that a wrong document is one clear
+error there rather than a TypeError deep in attribution or submission.
 """
 
+import dataclasses
 import json
+import re
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 SCHEMA_VERSION = 1
+# The kinds the NVML layer names, and `type_0x...` for an event type it has no name for.
+EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|type_0x[0-9a-f]+")
+PROCESS_KIND = re.compile(r"compute|mps")
+ALLOCATIONS_SOURCE = re.compile(r"pod_resources|none|error")
+
+
+def _pattern(regex: "re.Pattern[str]", **options: Any) -> Any:
+    """A field whose text, read from JSON, must match `regex` whole."""
+    return field(metadata={"pattern": regex}, **options)
 
 
 @dataclass(frozen=True)
@@ -30,7 +44,7 @@ class SlurmJob:
 class Process:
     pid: int
     used_memory: Optional[int]
-    kind: str  # compute | mps
+    kind: str = _pattern(PROCESS_KIND)
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
     name: Optional[str] = None
@@ -45,8 +59,7 @@ class Process:
     @classmethod
     def from_dict(cls, raw: Dict[str, Any]) -> "Process":
         """`slurm` came after version 1: a snapshot without it still loads."""
-        slurm = raw.get("slurm")
-        return cls(**dict(raw, slurm=SlurmJob(**slurm) if slurm else None))
+        return load(cls, raw, "process")
 
 
 @dataclass
@@ -71,7 +84,7 @@ class Advertised:
 @dataclass
 class Event:
     device_uuid: Optional[str]
-    kind: str  # xid | ecc_sbe | ecc_dbe
+    kind: str = _pattern(EVENT_KIND)
     code: int
     timestamp: float
     gpu_instance_id: Optional[int] = None
@@ -117,7 +130,8 @@ class Node:
 class Allocations:
     """What pod-resources said this run: the allocations, or why there are none to trust."""
 
-    source: str = "none"  # pod_resources | none (not on Kubernetes or not configured) | error
+    # pod_resources | none (not on Kubernetes or not configured) | error
+    source: str = _pattern(ALLOCATIONS_SOURCE, default="none")
     error: Optional[str] = None
     items: List[Allocation] = field(default_factory=list)
     # What the device plugins advertise (GetAllocatableResources); None when the kubelet does not
@@ -128,14 +142,7 @@ class Allocations:
     @classmethod
     def from_dict(cls, raw: Dict[str, Any]) -> "Allocations":
         """Fields added since version 1 are optional, so that a check reads an older sidecar's snapshot."""
-        advertised = raw.get("advertised")
-        return cls(
-            source=raw["source"],
-            error=raw.get("error"),
-            items=[Allocation(**a) for a in raw["items"]],
-            advertised=None if advertised is None else [Advertised(**a) for a in advertised],
-            advertised_error=raw.get("advertised_error"),
-        )
+        return load(cls, raw, "allocations")
 
 
 @dataclass
@@ -158,23 +165,67 @@ class Snapshot:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def from_dict(cls, raw: Dict[str, Any]) -> "Snapshot":
-        """The snapshot a JSON object describes; ValueError (or KeyError/TypeError) when it does not."""
+    def from_dict(cls, raw: Any) -> "Snapshot":
+        """The snapshot a JSON object describes; ValueError, naming the first wrong field, when it does not."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"the snapshot is {_json_type(raw)}, not an object")
         if raw.get("version") != SCHEMA_VERSION:
             raise ValueError(f"snapshot version {raw.get('version')!r}, expected {SCHEMA_VERSION}")
-        return cls(
-            timestamp=raw["timestamp"],
-            node=Node(**raw["node"]),
-            devices=[_device(d) for d in raw["devices"]],
-            events=[Event(**e) for e in raw["events"]],
-            allocations=Allocations.from_dict(raw["allocations"]),
-        )
+        return load(cls, raw, "snapshot")
 
 
-def _device(raw: Dict[str, Any]) -> Device:
-    raw = dict(raw)
-    raw["processes"] = [Process.from_dict(p) for p in raw["processes"]]
-    raw["mig_instances"] = [
-        MigInstance(**dict(m, processes=[Process.from_dict(p) for p in m["processes"]])) for m in raw["mig_instances"]
-    ]
-    return Device(**raw)
+T = typing.TypeVar("T")
+
+
+def load(cls: typing.Type[T], raw: Any, where: str) -> T:
+    """The dataclass `cls` from a JSON object, each field checked against its type hint (and pattern);
+    ValueError naming the first wrong field. A field `cls` has a default for may be absent (it came
+    after the sender's version); a key `cls` does not know is ignored (it came after ours)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is {_json_type(raw)}, not an object")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in raw:
+            values[f.name] = _checked(hints[f.name], raw[f.name], f"{where}.{f.name}", f.metadata.get("pattern"))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where} has no `{f.name}`")
+    return cls(**values)
+
+
+def _checked(hint: Any, value: Any, where: str, pattern: Optional["re.Pattern[str]"] = None) -> Any:
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        return _checked(next(a for a in arguments if a is not type(None)), value, where, pattern)
+    if origin is list:
+        return [_checked(arguments[0], item, f"{where}[{i}]") for i, item in enumerate(json_typed(list, value, where))]
+    if origin is dict:
+        return {json_typed(str, k, f"{where} key"): _checked(arguments[1], v, f"{where}[{k!r}]")
+                for k, v in json_typed(dict, value, where).items()}
+    if dataclasses.is_dataclass(hint):
+        return load(hint, value, where)
+    value = json_typed((int, float) if hint is float else hint, value, where)
+    if pattern is not None and not pattern.fullmatch(value):
+        raise ValueError(f"{where} {value!r} is not one this check knows ({pattern.pattern})")
+    return value
+
+
+def json_typed(kind: Any, value: Any, where: str) -> Any:
+    """`value`, read from JSON, when it is a `kind` (a type or a tuple of types); ValueError naming `where`
+    otherwise. bool is an int to Python, never to JSON."""
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # A float field takes integers too: say "a number" for both.
+        expected = " or ".join(_JSON_TYPES[k] for k in kinds if not (k is int and float in kinds))
+        raise ValueError(f"{where} is {_json_type(value)}, not {expected}")
+    return value
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)

@@ -1,7 +1,8 @@
 """Where a check run gets its Snapshot: NVML in this process, or the node's sidecar."""
 
+import json
 import logging
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
 
 from .deps import MissingPackage
 from .nvml.errors import LibraryUnavailable
@@ -13,6 +14,31 @@ if TYPE_CHECKING:
     from .collectors.node import NodeCollector
 
 log = logging.getLogger(__name__)
+
+
+class Cursor(NamedTuple):
+    """How far this check has read which journal, as kept in the persistent cache."""
+
+    epoch: Optional[str]
+    seq: int
+
+    @classmethod
+    def parse(cls, stored: Optional[str]) -> "Cursor":
+        """A stored cursor; a bare number (from before journals had epochs) is one in the current
+        journal, and anything unreadable is the start of it."""
+        if stored and stored.isdigit():
+            return cls(None, int(stored))
+        try:
+            value = json.loads(stored or "")
+        except ValueError:
+            return cls(None, 0)
+        if not isinstance(value, dict) or type(value.get("seq")) is not int or value["seq"] < 0:
+            return cls(None, 0)
+        epoch = value.get("epoch")
+        return cls(epoch if isinstance(epoch, str) else None, value["seq"])
+
+    def dump(self) -> str:
+        return json.dumps({"epoch": self.epoch, "seq": self.seq})
 
 
 class LocalSource:
@@ -32,7 +58,9 @@ class LocalSource:
         return self.collector.collect()
 
     def submitted(self) -> None:
-        """Nothing to acknowledge: local events were drained from NVML into this run's snapshot."""
+        """This run's events reached the Agent: the collector stops handing them out."""
+        if self.collector is not None:
+            self.collector.acknowledge()
 
     def close(self) -> None:
         if self.collector is not None:
@@ -43,14 +71,20 @@ class SidecarSource:
     """The sidecar's snapshot plus the journal's events after the stored cursor.
 
     The cursor moves on only after the run submitted those events (`submitted()`), and it is
-    kept in the check's persistent cache, so an Agent restart neither loses nor re-counts.
+    kept in the check's persistent cache, so an Agent restart neither loses nor re-counts. It is
+    kept with the journal's epoch: seqs only mean something within one journal, and a journal
+    this check has not read before (wiped, replaced) is read from its start.
+
+    Events the check cannot read do not cost the run its snapshot: they stay in the journal for a
+    later run, and `events_problem` says why until one reads them.
     """
 
     def __init__(self, client: SidecarClient, load_cursor: Callable[[], str], save_cursor: Callable[[str], None]):
         self.client = client
         self.load_cursor = load_cursor
         self.save_cursor = save_cursor
-        self._next_cursor: Optional[int] = None
+        self._next_cursor: Optional[Cursor] = None
+        self.events_problem: Optional[str] = None
 
     def read(self) -> Snapshot:
         try:
@@ -59,12 +93,36 @@ class SidecarSource:
             if e.status == 503:  # the sidecar is up but cannot read NVML
                 raise LibraryUnavailable(f"on the sidecar: {e}") from e
             raise
-        snapshot.events, self._next_cursor = self._events(self._cursor())
+        try:
+            snapshot.events, self._next_cursor = self._journal_events()
+        except SidecarUnavailable as e:
+            snapshot.events, self._next_cursor = [], None
+            self.events_problem = str(e)
+        else:
+            self.events_problem = None
         return snapshot
 
-    def _cursor(self) -> int:
-        stored = self.load_cursor()
-        return int(stored) if stored and stored.isdigit() else 0
+    def _journal_events(self) -> Tuple[List[Event], Optional[Cursor]]:
+        epoch = self._epoch()
+        events, seq = self._events(self._cursor(epoch))
+        if self._epoch() != epoch:
+            # The journal was replaced between the pages: which one the events came from is unknown.
+            log.warning("the sidecar's journal changed while this check read it; reading it again next run")
+            return [], None
+        return events, Cursor(epoch, seq)
+
+    def _epoch(self) -> Optional[str]:
+        """The journal's identity; None from a sidecar too old to have one."""
+        epoch = self.client.get(protocol.HEALTH_PATH).get("epoch")
+        return epoch if isinstance(epoch, str) else None
+
+    def _cursor(self, epoch: Optional[str]) -> int:
+        stored = Cursor.parse(self.load_cursor())
+        if stored.epoch is not None and epoch is not None and stored.epoch != epoch:
+            log.info("the sidecar's journal is a new one (epoch %s, not %s): reading it from its start",
+                     epoch, stored.epoch)
+            return 0
+        return stored.seq
 
     def _events(self, cursor: int):
         events: List[Event] = []
@@ -85,7 +143,7 @@ class SidecarSource:
 
     def submitted(self) -> None:
         if self._next_cursor is not None:
-            self.save_cursor(str(self._next_cursor))
+            self.save_cursor(self._next_cursor.dump())
             self._next_cursor = None
 
     def close(self) -> None:

@@ -159,14 +159,16 @@ def test_truncated_last_record_is_cut_off(tmp_path):
         assert page.records[-1]["device_uuid"] == "GPU-0006"
 
 
-def test_corrupted_last_line_is_cut_off(tmp_path):
+def test_corrupted_last_line_is_cut_off_and_its_seq_not_reused(tmp_path):
+    # A whole line with a bad checksum was written and fsync'd: a reader may have passed its seq.
     crashed_after(tmp_path, 5)
     corrupt_line(segments(tmp_path)[0], 4)
     with Journal(str(tmp_path)) as journal:
-        assert journal.last_seq == 4
-        assert journal.append(xid(5)) == 5
+        assert journal.last_seq == 5
+        assert journal.append(xid(5)) == 6
         page = journal.read(0, 10)
-        assert seqs(page) == [1, 2, 3, 4, 5] and not page.lost
+        assert seqs(page) == [1, 2, 3, 4, 6] and page.lost
+        assert not journal.read(5, 10).lost
 
 
 def test_corrupted_line_in_the_middle_is_skipped_with_one_warning(tmp_path, caplog):
@@ -190,11 +192,11 @@ def test_corrupted_tail_of_acknowledged_records_does_not_reuse_their_seqs(tmp_pa
     for index in (3, 4):
         corrupt_line(segments(tmp_path)[0], index)
     with Journal(str(tmp_path)) as journal:
-        # Seq 5 may have been an append cut short, seq 4 was acknowledged: 4 is skipped, 5 reused.
-        assert journal.last_seq == 4
-        assert journal.append(xid(5)) == 5
+        # Both lines were written whole: neither seq is handed out again.
+        assert journal.last_seq == 5
+        assert journal.append(xid(5)) == 6
         page = journal.read(0, 10)
-        assert seqs(page) == [1, 2, 3, 5] and page.lost
+        assert seqs(page) == [1, 2, 3, 6] and page.lost
 
 
 def test_corrupted_last_line_after_a_clean_close_keeps_its_seq(tmp_path):
@@ -326,3 +328,85 @@ def test_failed_append_is_undone_and_its_seq_reused(tmp_path):
     with Journal(str(tmp_path)) as journal:
         page = journal.read(0, 10)
         assert [(r["seq"], r["code"]) for r in page.records] == [(1, 1), (2, 3)] and not page.lost
+
+
+KILLED_AFTER_A_READ = (
+    "import os, sys\n"
+    "from gpu_monitoring.sidecar.journal import Journal\n"
+    "journal = Journal(sys.argv[1])\n"
+    "for n in range(5):\n"
+    "    journal.append({'kind': 'xid', 'code': n, 'device_uuid': 'GPU-0'})\n"
+    "assert len(journal.read(0, 10).records) == 5\n"
+    "print(journal.epoch)\n"
+    "os._exit(0)\n"
+)
+
+
+def killed_after_a_read(directory: Path) -> str:
+    """Five records a reader has read, then the process dies without closing: returns the epoch."""
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER_A_READ, str(directory)], cwd=REPO, check=True,
+                          timeout=60, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("damage", ["cut at a line", "cut mid-line", "flipped byte"])
+def test_seqs_a_reader_passed_are_never_handed_out_again(tmp_path, damage):
+    epoch = killed_after_a_read(tmp_path)
+    segment = segments(tmp_path)[0]
+    lines = segment.read_bytes().splitlines(keepends=True)
+    if damage == "flipped byte":
+        corrupt_line(segment, 4)
+    else:
+        segment.write_bytes(b"".join(lines[:4]) + (lines[4][:20] if damage == "cut mid-line" else b""))
+    with Journal(str(tmp_path)) as journal:
+        assert journal.epoch == epoch
+        assert journal.append(xid(6)) == 6
+        page = journal.read(4, 10)
+        assert seqs(page) == [6] and page.lost
+
+
+def test_a_journal_keeps_its_epoch_and_a_wiped_one_gets_a_new_one(tmp_path):
+    with Journal(str(tmp_path)) as journal:
+        epoch = journal.epoch
+        fill(journal, 3)
+        assert journal.read(0, 10).epoch == epoch
+    assert len(epoch) == 32 and int(epoch, 16) >= 0
+    with Journal(str(tmp_path)) as journal:
+        assert journal.epoch == epoch
+        assert journal.append(xid(0)) == 4
+    for path in tmp_path.iterdir():
+        path.unlink()
+    with Journal(str(tmp_path)) as journal:
+        assert journal.epoch != epoch
+        assert journal.append(xid(0)) == 1
+
+
+def test_a_damaged_epoch_is_replaced_and_numbering_goes_on(tmp_path, caplog):
+    with Journal(str(tmp_path)) as journal:
+        epoch = journal.epoch
+        fill(journal, 3)
+    (tmp_path / "epoch").write_text("not an epoch\n")
+    with caplog.at_level(logging.WARNING, logger="gpu_monitoring.sidecar.journal"):
+        with Journal(str(tmp_path)) as journal:
+            assert journal.epoch not in (epoch, "not an epoch")
+            assert journal.append(xid(0)) == 4
+    assert any("no readable epoch" in r.getMessage() for r in caplog.records)
+
+
+def test_records_wait_while_the_read_mark_cannot_be_written(tmp_path):
+    script = (
+        "import resource, sys\n"
+        "from gpu_monitoring.sidecar.journal import Journal\n"
+        "journal = Journal(sys.argv[1])\n"
+        "for n in range(3):\n"
+        "    journal.append({'code': n})\n"
+        "assert [r['seq'] for r in journal.read(0, 10).records] == [1, 2, 3]\n"
+        "journal.append({'code': 3})\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
+        "page = journal.read(0, 10)\n"
+        "assert [r['seq'] for r in page.records] == [1, 2, 3] and not page.lost, page\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+        "page = journal.read(0, 10)\n"
+        "assert [r['seq'] for r in page.records] == [1, 2, 3, 4] and not page.lost, page\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, check=True, timeout=60)

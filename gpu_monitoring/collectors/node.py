@@ -6,7 +6,7 @@ from typing import Dict, Iterable, List, Optional
 
 from .. import snapshot
 from ..nvml.device import Device
-from ..nvml.errors import GpuLost, NvmlUninitialized
+from ..nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
 from ..nvml.events import EventWatcher, RawEvent
 from ..nvml.session import NvmlSession
 from . import COLLECTOR_NAMES
@@ -24,6 +24,8 @@ from .thermal import Thermal
 
 log = logging.getLogger(__name__)
 
+# Events kept for runs that keep failing before they submit: enough for an XID storm, bounded memory.
+MAX_UNDELIVERED = 10000
 IDENTITY = ("uuid", "name", "architecture", "pci_bus_id", "minor_number", "mig_enabled")
 
 
@@ -34,6 +36,10 @@ class NodeCollector:
     every run, and while it stays lost the session is restarted every
     `lost_restart_interval` seconds so a GPU that was reset gets a fresh handle. A lost
     NVML initialisation (driver reload) restarts the session and the run is tried again.
+
+    NVML hands out each event once, so drained events stay with the collector, repeated in
+    every snapshot, until `acknowledge()` says a run submitted them: a run that fails after
+    draining loses nothing.
     """
 
     def __init__(
@@ -52,6 +58,8 @@ class NodeCollector:
         self.lost_restart_interval = lost_restart_interval
         # The sidecar waits on NVML events in a thread of its own; one run of the check drains them here.
         self.events = EventWatcher() if watch_events else None
+        self._undelivered: List[RawEvent] = []
+        self._in_snapshot = 0
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
         self._build_collectors()
@@ -78,23 +86,38 @@ class NodeCollector:
     def collect(self) -> snapshot.Snapshot:
         if not self.session.started:
             self.session.start()
-        pending = []
         if self._lost_gpu_restart_due():
-            pending = self._drain()
+            self._drain()
             log.info("a GPU is still lost; restarting NVML to look for it again")
             self.restart()
         try:
-            result = self._collect(pending)
+            result = self._collect()
         except NvmlUninitialized as e:
             log.warning("NVML lost its initialisation (%s); starting it again", e)
             self.restart()
-            result = self._collect(pending)
+            result = self._collect()
         lost = any(device.lost for device in result.devices)
         self._lost_since = (self._lost_since or time.monotonic()) if lost else None
         return result
 
-    def _drain(self) -> List[RawEvent]:
-        return self.events.drain() if self.events is not None else []
+    def _drain(self) -> None:
+        if self.events is None:
+            return
+        try:
+            self._undelivered += self.events.drain()
+        except CannotAnswer as e:
+            log.info("NVML events: %s; registering again", e)
+            self.events.close()
+        dropped = len(self._undelivered) - MAX_UNDELIVERED
+        if dropped > 0:
+            log.warning("%d NVML events were never submitted (every run failed); dropping the oldest", dropped)
+            del self._undelivered[:dropped]
+            self._in_snapshot = max(self._in_snapshot - dropped, 0)
+
+    def acknowledge(self) -> None:
+        """The events of the last snapshot were submitted: they are not handed out again."""
+        del self._undelivered[:self._in_snapshot]
+        self._in_snapshot = 0
 
     def _lost_gpu_restart_due(self) -> bool:
         if self._lost_since is None or time.monotonic() - self._lost_since < self.lost_restart_interval:
@@ -113,8 +136,10 @@ class NodeCollector:
             self.events.close()
         self.session.stop()
 
-    def _collect(self, pending: List[RawEvent]) -> snapshot.Snapshot:
-        raw_events = pending + self._drain()
+    def _collect(self) -> snapshot.Snapshot:
+        self._drain()
+        raw_events = list(self._undelivered)
+        self._in_snapshot = len(raw_events)
         devices = [self._device(device) for device in self.session.devices]
         if self.events is not None:
             self.events.register([d for d in self.session.devices if d.handle is not None])

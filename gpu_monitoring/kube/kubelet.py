@@ -3,20 +3,30 @@
 The kubelet answers on HTTPS (port 10250) to a service-account bearer token. The client
 verifies the kubelet's certificate unless told not to, re-reads a rotated token when the
 kubelet refuses the one it holds, and asks at most once per TTL however often it is called.
+
+The token goes to the kubelet's URL and nowhere else: redirects are refused, and no message the
+client makes (its own, a library's, or text the kubelet sent) carries the token. Each request has
+one deadline for the whole answer and reads at most MAX_BODY_BYTES of it.
 """
 
+import json
 import logging
 import os
+import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
 import requests
+import urllib3
 from datadog_checks.base import ConfigurationError, is_affirmative
 from datadog_checks.base.utils.http import RequestsWrapper
 
+from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
 from ..options import boolean, number, text
+from ..snapshot import json_typed
 
 try:
     import datadog_agent
@@ -35,6 +45,14 @@ DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 10250
 DEFAULT_TTL = 30.0
 DEFAULT_TIMEOUT = 5.0
+# A 110-pod node's /pods is a few MiB (10 to 30 KiB a pod); ten times that is still no real node's.
+MAX_BODY_BYTES = 32 * MIB
+# Service-account tokens are JWTs of about 1 KiB; anything this long is not a token.
+MAX_TOKEN_BYTES = 64 * 1024
+REDACTED = "<redacted>"
+# A credential in text a server or library wrote, ours or another's (an RFC 6750 token after the
+# scheme as headers spell it; this module's own messages say "bearer token" in lower case).
+_BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9._~+/-]{8,}=*")
 
 
 @dataclass(frozen=True)
@@ -96,18 +114,23 @@ class KubeletClient:
         self.ca_path = ca_path if tls_verify else None
         self.tls_verify = tls_verify
         self.ttl = ttl
+        self.timeout = timeout
         self.requests = 0
         self._token: Optional[str] = None
+        # The tokens read lately, so that an old one a server echoes is scrubbed as well; rotation
+        # makes a new one every hour or so, and only the last few can still be in anyone's hands.
+        self._secrets: Deque[str] = deque(maxlen=8)
         self._asked_at: Optional[float] = None
         self._pods: List[PodInfo] = []
         self._error: Optional[KubeletError] = None
-        self._http = _http_wrapper(self.ca_path, tls_verify, timeout)
+        self._http = _http_wrapper(self.ca_path, tls_verify)
 
     def pods(self) -> List[PodInfo]:
         now = time.monotonic()
         if self._asked_at is None or now - self._asked_at >= self.ttl:
-            self._asked_at = now
             self._refresh()
+            # Only an attempt that came to an end is remembered, never one that is still to be made.
+            self._asked_at = now
         if self._error is not None:
             # A fresh traceback each time, not one that grows with every run.
             raise self._error.with_traceback(None)
@@ -117,27 +140,56 @@ class KubeletClient:
         try:
             self._pods, self._error = self._fetch(), None
         except KubeletError as e:
-            self._pods, self._error = [], e
+            self._pods, self._error = [], self._scrubbed(e.status, str(e))
+        except Exception as e:  # a library's surprise must fail this read, not the run
+            message = f"reading the kubelet at {self.url} failed unexpectedly: {type(e).__name__}: {e}"
+            self._pods, self._error = [], self._scrubbed(CRITICAL, message)
+
+    def _scrubbed(self, status: str, message: str) -> KubeletError:
+        """The error without its cause (whose text is a library's) and with no token in its message."""
+        error = KubeletError(status, self._scrub(message))
+        error.__suppress_context__ = True
+        return error
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return _BEARER.sub(r"\1" + REDACTED, text)
 
     def _fetch(self) -> List[PodInfo]:
+        deadline = self._deadline()
         self._check_ca_file()
         if self._token is None and self.token_path:
             self._token = self._read_token()
-        response = self._get()
-        if response.status_code == 401 and self.token_path:
+        status, body = self._get(deadline)
+        if status == 401 and self.token_path:
             # The token may have been rotated on disk since it was read; a retry with the same
             # token would only be refused again.
             previous, self._token = self._token, self._read_token()
             if self._token != previous:
-                response = self._get()
-        self._check_status(response)
-        return self._parse(response)
+                status, body = self._get(deadline)
+        self._check_status(status, body)
+        return self._parse(body)
 
-    def _get(self) -> requests.Response:
+    def _deadline(self) -> Deadline:
+        try:
+            return Deadline(self.timeout)
+        except ValueError as e:
+            raise KubeletError(CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
+
+    def _get(self, deadline: Deadline) -> Tuple[int, bytes]:
+        """The status and body of one request, all of it within `deadline`."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         self.requests += 1
         try:
-            return self._http.get(self.url, extra_headers=headers)
+            left = deadline.remaining()
+            response = self._http.get(self.url, extra_headers=headers, stream=True, timeout=(left, left))
+            try:
+                return response.status_code, self._body(response, deadline)
+            finally:
+                response.close()
+        except ReadLimitExceeded as e:
+            raise self._limit_error(e) from None
         except requests.exceptions.SSLError as e:
             raise KubeletError(CRITICAL, self._tls_failure(e)) from e
         except requests.exceptions.Timeout as e:
@@ -147,8 +199,33 @@ class KubeletClient:
                 WARNING,
                 f"cannot connect to the kubelet at {self.url}: {_reason(e)}; check kubelet_url and that it runs",
             ) from e
-        except requests.exceptions.RequestException as e:
-            raise KubeletError(CRITICAL, f"cannot request {self.url}: {e}; check kubelet_url") from e
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
+            raise KubeletError(CRITICAL, f"cannot request {self.url}: {_reason(e)}; check kubelet_url") from e
+
+    def _body(self, response: requests.Response, deadline: Deadline) -> bytes:
+        """The body, decoded, as it arrives: the socket's timeout follows the deadline down, so a
+        kubelet that trickles bytes is cut off at the deadline, and a large one at MAX_BODY_BYTES."""
+        if 300 <= response.status_code < 400:
+            return b""  # a redirect is refused whatever it says
+        check_declared_size(response.headers.get("Content-Length"), MAX_BODY_BYTES)
+        connection = getattr(response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        set_timeout = sock.settimeout if sock is not None else None
+        try:
+            return read_bounded(
+                lambda size: response.raw.read1(size, decode_content=True), deadline, MAX_BODY_BYTES, set_timeout
+            )
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
+            raise ReadLimitExceeded(f"no complete answer within {deadline.seconds:g}s", "timeout") from None
+
+    def _limit_error(self, error: ReadLimitExceeded) -> KubeletError:
+        if error.reason == "too_large":
+            return KubeletError(
+                CRITICAL, f"kubelet at {self.url} sent too much: {error}; check that kubelet_url is the kubelet's /pods"
+            )
+        return KubeletError(
+            WARNING, f"kubelet at {self.url} did not answer in time: {error}; it may be overloaded (kubelet_timeout)"
+        )
 
     def _tls_failure(self, error: Exception) -> str:
         trusted = f"the CA in {self.ca_path}" if self.ca_path else "the system CA bundle"
@@ -166,20 +243,29 @@ class KubeletClient:
 
     def _read_token(self) -> str:
         try:
-            with open(self.token_path) as f:
-                token = f.read().strip()
+            with open(self.token_path, "rb") as f:
+                raw = f.read(MAX_TOKEN_BYTES + 1)
         except OSError as e:
             raise KubeletError(
                 CRITICAL, f"cannot read the kubelet bearer token from {self.token_path}: {e}; check kubelet_token_path"
             ) from e
-        if not token:
-            raise KubeletError(CRITICAL, f"the kubelet bearer token file {self.token_path} is empty")
+        problem = _token_problem(raw)
+        if problem:
+            raise KubeletError(CRITICAL, f"the kubelet bearer token file {self.token_path} {problem}")
+        token = raw.strip().decode("ascii")
+        if token not in self._secrets:
+            self._secrets.append(token)
         return token
 
-    def _check_status(self, response: requests.Response) -> None:
-        code = response.status_code
+    def _check_status(self, code: int, body: bytes) -> None:
         if code == 200:
             return
+        if 300 <= code < 400:
+            raise KubeletError(
+                CRITICAL,
+                f"kubelet at {self.url} answered with a redirect (HTTP {code}), which is refused: the bearer token "
+                "goes to the kubelet alone; set kubelet_url to the kubelet's own address",
+            )
         if code == 401:
             source = f"the token in {self.token_path}" if self.token_path else "no bearer token (no token path set)"
             raise KubeletError(CRITICAL, f"kubelet at {self.url} refused {source} (HTTP 401); check kubelet_token_path")
@@ -190,18 +276,38 @@ class KubeletClient:
                 "the service account needs `get` on the `nodes/proxy` resource",
             )
         if code >= 500:
-            raise KubeletError(WARNING, f"kubelet at {self.url} failed with HTTP {code}: {response.text[:200]}")
+            # The whole body is scrubbed before it is cut, so no part of a token survives the cut.
+            excerpt = self._scrub(body.decode("utf-8", "replace"))[:200]
+            raise KubeletError(WARNING, f"kubelet at {self.url} failed with HTTP {code}: {excerpt}")
         raise KubeletError(CRITICAL, f"kubelet at {self.url} answered HTTP {code}; check kubelet_url")
 
-    def _parse(self, response: requests.Response) -> List[PodInfo]:
+    def _parse(self, body: bytes) -> List[PodInfo]:
         try:
-            return parse_pod_list(response.json())
-        except ValueError as e:
+            return parse_pod_list(json.loads(body))
+        except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past Python's stack
             raise KubeletError(
                 CRITICAL,
                 f"kubelet at {self.url} did not send a valid pod list ({e}); "
                 "check that kubelet_url is the kubelet's /pods",
             ) from e
+
+
+def _token_problem(raw: bytes) -> Optional[str]:
+    """What makes a token file's bytes no bearer token (never quoting them), or None."""
+    token = raw.strip()
+    if len(raw) > MAX_TOKEN_BYTES:
+        return f"is larger than {MAX_TOKEN_BYTES} bytes: it holds no bearer token"
+    if not token:
+        return "is empty"
+    try:
+        text = token.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text: it holds no bearer token"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "has whitespace or a control character inside the token (a token is one line of printable text)"
+    if not text.isascii():
+        return "has characters outside ASCII, which an HTTP header cannot carry"
+    return None
 
 
 def _reason(error: Exception) -> str:
@@ -212,13 +318,15 @@ def _reason(error: Exception) -> str:
     return str(reason if reason is not None else error)
 
 
-def _http_wrapper(ca_path: Optional[str], tls_verify: bool, timeout: float) -> RequestsWrapper:
+def _http_wrapper(ca_path: Optional[str], tls_verify: bool) -> RequestsWrapper:
+    """Each request passes its own timeout, what is left of its deadline."""
     options = {
         "tls_verify": tls_verify,
         "tls_ca_cert": ca_path,
-        "timeout": timeout,
         # The kubelet is on this node: never reach it through a proxy.
         "skip_proxy": True,
+        # A redirect would carry the token elsewhere, and its answer could come from anyone.
+        "allow_redirects": False,
     }
     http = RequestsWrapper(options, {}, logger=log)
     # Kubelet serving certificates come from the cluster CA or are self-signed; neither names
@@ -230,36 +338,75 @@ def _http_wrapper(ca_path: Optional[str], tls_verify: bool, timeout: float) -> R
 
 
 def parse_pod_list(payload: Any) -> List[PodInfo]:
-    """PodInfo for every pod in a `/pods` answer; ValueError when it is not a pod list."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
-        raise ValueError("no `items` list in the answer")
-    try:
-        return [_pod(item) for item in payload["items"]]
-    except (AttributeError, KeyError, TypeError) as e:
-        raise ValueError(f"malformed pod: {e!r}") from e
+    """PodInfo for every pod in a `/pods` answer; ValueError, naming the first wrong field, when it is
+    not a pod list (a field of the wrong type included: it would fail far from here otherwise)."""
+    items = _required(json_typed(dict, payload, "the answer"), "items", list, "the answer")
+    return [_pod(item, f"items[{i}]") for i, item in enumerate(items)]
 
 
-def _pod(item: Mapping[str, Any]) -> PodInfo:
-    metadata, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
-    ids = {s["name"]: _strip_runtime(s.get("containerID")) for s in status.get("containerStatuses") or []}
+def _pod(item: Any, where: str) -> PodInfo:
+    item = json_typed(dict, item, where)
+    metadata = _required(item, "metadata", dict, where)
+    spec = _optional(item, "spec", dict, where, {})
+    status = _optional(item, "status", dict, where, {})
+    ids = _container_ids(_optional(status, "containerStatuses", list, f"{where}.status", []), f"{where}.status")
+    containers = _optional(spec, "containers", list, f"{where}.spec", [])
     return PodInfo(
-        uid=metadata["uid"],
-        name=metadata["name"],
-        namespace=metadata.get("namespace", ""),
-        phase=status.get("phase", "Unknown"),
-        containers=[_container(c, ids.get(c["name"])) for c in spec.get("containers") or []],
+        uid=_required(metadata, "uid", str, f"{where}.metadata"),
+        name=_required(metadata, "name", str, f"{where}.metadata"),
+        namespace=_optional(metadata, "namespace", str, f"{where}.metadata", ""),
+        phase=_optional(status, "phase", str, f"{where}.status", "Unknown"),
+        containers=[_container(c, f"{where}.spec.containers[{i}]", ids) for i, c in enumerate(containers)],
     )
 
 
-def _container(spec: Mapping[str, Any], container_id: Optional[str]) -> ContainerInfo:
-    limits = (spec.get("resources") or {}).get("limits") or {}
+def _container_ids(statuses: List[Any], where: str) -> Dict[str, Optional[str]]:
+    ids = {}
+    for i, status in enumerate(statuses):
+        here = f"{where}.containerStatuses[{i}]"
+        status = json_typed(dict, status, here)
+        ids[_required(status, "name", str, here)] = _strip_runtime(_optional(status, "containerID", str, here, None))
+    return ids
+
+
+def _container(spec: Any, where: str, ids: Mapping[str, Optional[str]]) -> ContainerInfo:
+    spec = json_typed(dict, spec, where)
+    name = _required(spec, "name", str, where)
+    resources = _optional(spec, "resources", dict, where, {})
+    limits = _optional(resources, "limits", dict, f"{where}.resources", {})
+    env = _optional(spec, "env", list, where, [])
     return ContainerInfo(
-        name=spec["name"],
-        container_id=container_id,
-        # The API leaves out `value` when it is the empty string; `valueFrom` values are not in the spec.
-        env={e["name"]: e.get("value", "") for e in spec.get("env") or [] if "valueFrom" not in e},
-        gpu_limits={k: str(v) for k, v in limits.items() if k.startswith(GPU_RESOURCE_PREFIX)},
+        name=name,
+        container_id=ids.get(name),
+        env=_env(env, f"{where}.env"),
+        gpu_limits={
+            k: str(json_typed((str, int, float), v, f"{where}.resources.limits[{k!r}]"))
+            for k, v in limits.items()
+            if k.startswith(GPU_RESOURCE_PREFIX)
+        },
     )
+
+
+def _env(entries: List[Any], where: str) -> Dict[str, str]:
+    env = {}
+    for i, entry in enumerate(entries):
+        entry = json_typed(dict, entry, f"{where}[{i}]")
+        # `valueFrom` values are not in the spec.
+        if "valueFrom" not in entry:
+            # The API leaves out `value` when it is the empty string.
+            env[_required(entry, "name", str, f"{where}[{i}]")] = _optional(entry, "value", str, f"{where}[{i}]", "")
+    return env
+
+
+def _required(parent: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
+    if parent.get(key) is None:
+        raise ValueError(f"{where} has no `{key}`")
+    return json_typed(kind, parent[key], f"{where}.{key}")
+
+
+def _optional(parent: Mapping[str, Any], key: str, kind: Any, where: str, default: Any) -> Any:
+    value = parent.get(key)
+    return default if value is None else json_typed(kind, value, f"{where}.{key}")
 
 
 def _strip_runtime(container_id: Optional[str]) -> Optional[str]:

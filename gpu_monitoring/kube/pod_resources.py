@@ -8,9 +8,11 @@ grpcio is imported on the first call: the Agent does not ship it, and only local
 """
 
 import os
+import re
 from types import ModuleType
 from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
 
+from ..bounded import Deadline, describe_size
 from ..deps import MissingPackage, require
 from ..snapshot import Advertised, Allocation
 from .device_ids import DEFAULT_RESOURCES, matches_resource
@@ -19,7 +21,11 @@ LIST_METHOD = "/v1.PodResourcesLister/List"
 ALLOCATABLE_METHOD = "/v1.PodResourcesLister/GetAllocatableResources"
 
 # The kubelet's own client accepts 16 MiB; gRPC's 4 MiB default is too small for a node with many pods.
-_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# gRPC enforces it as the answer arrives, and the call's timeout is a deadline for the whole call.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# gRPC reports an answer over the limit with the status the kubelet's rate limiter uses too
+# (RESOURCE_EXHAUSTED): only its details tell them apart.
+_TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 
 # The kubelet release that serves each method and the feature gate that can turn it off.
 _SINCE = {LIST_METHOD: "1.20", ALLOCATABLE_METHOD: "1.23"}
@@ -33,8 +39,8 @@ _MAX_VARINT_BYTES = 10
 
 
 class PodResourcesError(Exception):
-    """A pod-resources call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, timeout,
-    unavailable, invalid, error; the message says what happened and what to do about it."""
+    """A pod-resources call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, too_large,
+    timeout, unavailable, invalid, error; the message says what happened and what to do about it."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -88,7 +94,12 @@ def _grpc() -> ModuleType:
 
 
 def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> bytes:
-    options = [("grpc.max_receive_message_length", _MAX_RESPONSE_BYTES)]
+    try:
+        Deadline(timeout)
+    except ValueError as e:
+        message = f"the kubelet pod-resources API is not asked: its timeout is wrong ({e})"
+        raise PodResourcesError(message, "error") from None
+    options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
     with grpc.insecure_channel("unix://" + os.path.abspath(socket_path), options=options) as channel:
         # No serializers: the empty request is b"" and the answer is decoded after the call, so a
         # bad answer is reported as such rather than as gRPC's generic deserialization failure.
@@ -111,6 +122,12 @@ def _rpc_failure(
             f"{where} does not serve v1 {name} ({details}): it needs Kubernetes {_SINCE[method]} or "
             f"newer with the {_GATES[method]} feature gate on (the default)",
             "unimplemented",
+        )
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(details):
+        return PodResourcesError(
+            f"{where} sent a {name} answer larger than {describe_size(MAX_RESPONSE_BYTES)}, the most this check "
+            f"reads ({details}): is something other than the kubelet listening on that socket?",
+            "too_large",
         )
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return PodResourcesError(

@@ -36,14 +36,23 @@ class EventWatcher:
     def __init__(self) -> None:
         self._set: Any = None
         self._registered: Dict[int, int] = {}  # handle address -> device index
+        self.problem: Optional[str] = None  # why no event can come now, if none can
+
+    @property
+    def listening(self) -> bool:
+        return bool(self._registered)
 
     def register(self, devices: List[Device]) -> None:
         """Register every device not yet registered; the ones that fail are tried next time."""
+        self.problem = None
         if self._set is None:
             try:
                 self._set = pynvml.nvmlEventSetCreate()
+            except pynvml.NVMLError_Uninitialized as e:
+                raise NvmlUninitialized(f"nvmlEventSetCreate: {e}") from e
             except pynvml.NVMLError as e:
                 log.debug("nvmlEventSetCreate: %s", e)
+                self.problem = f"nvmlEventSetCreate: {e}"
                 return
         for device in devices:
             address = handle_address(device.handle)
@@ -57,8 +66,15 @@ class EventWatcher:
                     self._registered[address] = device.index
             except (CannotAnswer, GpuLost) as e:
                 log.debug("%r: event registration deferred: %s", device, e)
+                self.problem = f"GPU {device.index}: {e}"
+        if self._registered:
+            self.problem = None
+        elif self.problem is None:
+            self.problem = "no GPU supports XID or ECC events"
 
     def drain(self, timeout_ms: int = 0) -> List[RawEvent]:
+        """Events waiting in the set, waiting up to timeout_ms for the first. A set NVML no longer
+        knows (freed by a restart elsewhere) raises CannotAnswer: close and register again."""
         events: List[RawEvent] = []
         if self._set is None:
             return events
@@ -70,8 +86,9 @@ class EventWatcher:
             except pynvml.NVMLError_Uninitialized as e:
                 raise NvmlUninitialized(f"nvmlEventSetWait_v2: {e}") from e
             except pynvml.NVMLError as e:
-                log.debug("nvmlEventSetWait_v2: %s", e)
-                break
+                if events:
+                    break  # hand out what came; the next drain meets the error again
+                raise CannotAnswer(f"nvmlEventSetWait_v2: {e}") from e
             events.append(self._decode(data))
             timeout_ms = 0
         return events

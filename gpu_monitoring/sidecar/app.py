@@ -14,7 +14,7 @@ from ..nvml.errors import NvmlError
 from ..nvml.session import NvmlSession
 from . import protocol
 from .journal import Journal, JournalLockedError
-from .pump import EventPump
+from .pump import BUFFER_EVENTS, EventPump
 from .server import ApiError, Response, UnixHttpServer, integer
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Sidecar:
         allocations = AllocationReader(pod_resources_socket) if pod_resources_socket else None
         self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
         self.journal = _open_journal(journal_dir)
-        self.pump = EventPump(self.session, self.journal, self.session_lock)
+        self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.collector.restart)
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
             protocol.SNAPSHOT_PATH: self.snapshot,
@@ -60,15 +60,24 @@ class Sidecar:
         after = integer(params, "after", 0, 0, 2**63 - 1)
         limit = integer(params, "limit", protocol.DEFAULT_EVENTS_LIMIT, 1, protocol.MAX_EVENTS_LIMIT)
         page = self.journal.read(after, limit)
-        return 200, {"events": page.records, "last_seq": page.last_seq, "first_seq": page.first_seq, "lost": page.lost}
+        return 200, {"events": page.records, "last_seq": page.last_seq, "first_seq": page.first_seq, "lost": page.lost,
+                     "epoch": page.epoch}
 
     def health(self, params: Dict[str, str]) -> Response:
         _no_params(params, ())
+        journal = self.pump.journal_problem
+        # A journal that cannot be written fails the probe: events pile up in memory until it is fixed.
+        # NVML refusing events does not: restarting the sidecar would not bring them back.
         return 200, {
-            "status": "ok",
+            "status": "ok" if journal is None else "failing",
             "version": __version__,
             "events": "ok" if self.pump.problem is None else self.pump.problem,
+            "journal": "ok" if journal is None else f"cannot write: {journal}",
+            "events_buffered": self.pump.buffered,
+            "events_buffer_size": BUFFER_EVENTS,
+            "events_dropped": self.pump.dropped,
             "last_seq": self.journal.last_seq,
+            "epoch": self.journal.epoch,
             "snapshots_served": self.snapshots_served,
         }
 

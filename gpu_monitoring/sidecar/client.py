@@ -1,4 +1,8 @@
-"""The check's side of the sidecar API: HTTP over the unix socket, snapshot and events."""
+"""The check's side of the sidecar API: HTTP over the unix socket, snapshot and events.
+
+Each request, from connecting to the answer's last byte, ends within the client's timeout and
+reads at most MAX_RESPONSE_BYTES; what the answer holds is checked where it is read.
+"""
 
 import http.client
 import json
@@ -7,8 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlencode
 
-from ..snapshot import Event, Snapshot
+from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
+from ..snapshot import Event, Snapshot, json_typed, load
 from . import protocol
+
+# A snapshot of an 8-GPU node with its processes is tens of KiB, a page of 1,000 events a few
+# hundred: a hundred times the most a real node sends.
+MAX_RESPONSE_BYTES = 16 * MIB
 
 
 class SidecarUnavailable(Exception):
@@ -28,14 +37,28 @@ class EventsPage:
     lost: bool
 
 
+class _DeadlineSocket(socket.socket):
+    """A unix socket whose every receive waits at most for what is left of the deadline, so that
+    headers or a body sent a byte at a time end at the deadline too."""
+
+    def __init__(self, deadline: Deadline):
+        super().__init__(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.deadline = deadline
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        self.settimeout(self.deadline.remaining())
+        return super().recv_into(buffer, nbytes, flags)
+
+
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
+    def __init__(self, path: str, deadline: Deadline):
+        super().__init__("localhost", timeout=deadline.remaining())
         self.path = path
+        self.deadline = deadline
 
     def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
+        self.sock = _DeadlineSocket(self.deadline)
+        self.sock.settimeout(self.deadline.remaining())
         self.sock.connect(self.path)
 
 
@@ -47,38 +70,42 @@ class SidecarClient:
     def snapshot(self) -> Snapshot:
         body = self.get(protocol.SNAPSHOT_PATH)
         try:
-            return Snapshot.from_dict(body["snapshot"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise SidecarUnavailable(
-                f"sidecar at {self.socket_path} sent a snapshot this check cannot read: {e!r}"
-            ) from e
+            return Snapshot.from_dict(body.get("snapshot"))
+        except ValueError as e:
+            message = f"sidecar at {self.socket_path} sent a snapshot this check cannot read: {e}"
+            raise SidecarUnavailable(message) from e
 
     def events(self, after: int, limit: int = protocol.DEFAULT_EVENTS_LIMIT) -> EventsPage:
         body = self.get(f"{protocol.EVENTS_PATH}?{urlencode({'after': after, 'limit': limit})}")
         try:
-            records = body["events"]
-            events = [Event(**{k: v for k, v in r.items() if k != "seq"}) for r in records]
-            last = records[-1]["seq"] if records else after
-            return EventsPage(events, last, int(body["last_seq"]), bool(body["lost"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise SidecarUnavailable(f"sidecar at {self.socket_path} sent events this check cannot read: {e!r}") from e
+            return _events_page(body, after)
+        except ValueError as e:
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} sent events this check cannot read: {e}") from e
 
     def get(self, path: str) -> Dict[str, Any]:
-        connection = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            deadline = Deadline(self.timeout)
+        except ValueError as e:
+            raise SidecarUnavailable(f"the sidecar is not asked: its client's timeout is wrong ({e})") from None
+        connection = _UnixConnection(self.socket_path, deadline)
         try:
             connection.request("GET", path)
             response = connection.getresponse()
-            raw = response.read()
+            check_declared_size(response.getheader("Content-Length"), MAX_RESPONSE_BYTES)
+            raw = read_bounded(response.read1, deadline, MAX_RESPONSE_BYTES)
         except FileNotFoundError as e:
             raise SidecarUnavailable(f"no sidecar socket at {self.socket_path}: is the sidecar running on this node "
                                      "and its socket directory mounted into the Agent?") from e
-        except (OSError, http.client.HTTPException) as e:
+        except (ReadLimitExceeded, TimeoutError) as e:
+            reason = e if isinstance(e, ReadLimitExceeded) else f"no complete answer within {deadline.seconds:g}s"
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} wrongly: {reason}") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:
             raise SidecarUnavailable(f"cannot talk to the sidecar at {self.socket_path}: {e!r}") from e
         finally:
             connection.close()
         try:
             body = json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past Python's stack
             raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} with something not JSON") from e
         if response.status != 200:
             message = body.get("error") if isinstance(body, dict) else None
@@ -89,3 +116,15 @@ class SidecarClient:
                                      f"{body.get('api_version') if isinstance(body, dict) else '?'}, "
                                      f"this check {protocol.API_VERSION}: upgrade the older of the two")
         return body
+
+
+def _events_page(body: Dict[str, Any], after: int) -> EventsPage:
+    """The page an events answer describes; ValueError naming the first wrong field."""
+    records = json_typed(list, body.get("events"), "events")
+    events, last = [], after
+    for i, record in enumerate(records):
+        last = json_typed(int, json_typed(dict, record, f"events[{i}]").get("seq"), f"events[{i}].seq")
+        events.append(load(Event, record, f"events[{i}]"))
+    return EventsPage(
+        events, last, json_typed(int, body.get("last_seq"), "last_seq"), json_typed(bool, body.get("lost"), "lost")
+    )

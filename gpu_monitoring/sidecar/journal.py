@@ -5,14 +5,19 @@ On disk, a directory of segments `events-<first seq, 20 digits>.log`, one record
 `<crc32 of the JSON, 8 hex digits> <compact JSON with "seq" first>\\n`. The newest segment is
 the one appended to; the oldest whole segments are deleted to keep the total under `max_bytes`.
 The newest segment is never deleted and its name is the next seq while it is empty, so seqs never
-go backwards; a `last_seq` state file, rewritten atomically before deletions and on close, keeps
-that true even if the segments themselves are removed.
+go backwards; a `last_seq` state file, rewritten atomically before deletions, on close and when a
+read first hands out a record, keeps that true even if the segments themselves are removed or cut.
+
+Each journal has an identity, its `epoch`: a random id created with it and kept in an `epoch` file.
+A reader stores it with its cursor. Within an epoch seqs never go backwards, so a cursor stays
+valid; a journal whose directory was wiped is a new journal with a new epoch, numbered from 1
+again, and a reader that meets an epoch it does not know reads that journal from its start.
 
 Recovery on open scans the newest segment only:
 - The tail after the last good line (an append cut short by a crash, or a corrupted last line) is
-  truncated away and numbering continues after the last good record. Only the final line can be
-  an append that was never acknowledged, so when the bad tail holds more lines than that one,
-  their seqs are skipped rather than handed out again.
+  truncated away. Only a final line without its newline can be an append that was cut short and
+  so never acknowledged: its seq is handed out again. Every other bad line was written whole and
+  fsync'd, so a reader may have passed it: its seq is skipped (readers see `lost`), never reused.
 - A corrupted line followed by good ones is kept in the file and skipped, with one warning.
 
 Readers learn of anything they cannot get: `JournalPage.lost` is True when records after their
@@ -27,6 +32,7 @@ import os
 import re
 import sys
 import threading
+import uuid
 import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SEGMENT_NAME = re.compile(r"events-(\d{20})\.log")
 STATE_FILE = "last_seq"
+EPOCH_FILE = "epoch"
 # Reads seek to the nearest indexed line at or before the cursor, then parse at most this many bytes
 # of older lines: cheap enough per read, and a 64 MiB journal needs only a few thousand index entries.
 INDEX_STRIDE = 16 * 1024
@@ -53,6 +60,7 @@ class JournalPage:
     last_seq: int
     first_seq: int
     lost: bool
+    epoch: str = ""
 
 
 @dataclass
@@ -75,6 +83,7 @@ class Journal:
         self._lock = threading.Lock()
         self._closed = False
         self._broken: Optional[str] = None
+        self._mark_problem: Optional[str] = None
         self._fd: Optional[int] = None
         os.makedirs(directory, mode=0o700, exist_ok=True)
         self._dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -90,6 +99,10 @@ class Journal:
     @property
     def last_seq(self) -> int:
         return self._last_seq
+
+    @property
+    def epoch(self) -> str:
+        return self._epoch
 
     def append(self, record: Mapping[str, Any]) -> int:
         """Journal one record; returns its seq once the record is fsync'd."""
@@ -116,9 +129,9 @@ class Journal:
         with self._lock:
             self._check_open()
             after = max(after, 0)
-            records = self._collect(after + 1, limit)
+            records, limit = self._mark_served(self._collect(after + 1, limit), limit)
             first = self._segments[0].first_seq if self._segments[0].first_seq <= self._last_seq else 0
-            return JournalPage(records, self._last_seq, first, self._lost(after, records, limit, first))
+            return JournalPage(records, self._last_seq, first, self._lost(after, records, limit, first), self._epoch)
 
     def close(self) -> None:
         with self._lock:
@@ -154,7 +167,8 @@ class Journal:
 
     def _open_existing(self) -> None:
         self._segments = self._list_segments()
-        self._last_seq = self._load_state()
+        self._last_seq = self._saved_seq = self._load_state()
+        self._epoch = self._load_epoch()
         if self._segments:
             newest = self._segments[-1]
             self._fd = _open_for_append(newest.path)
@@ -194,8 +208,24 @@ class Journal:
                         segment.path, len(data) - good_end, last)
             os.ftruncate(self._fd, good_end)
             os.fsync(self._fd)
-            last += len(bad) - 1
+            last += len(bad) - (not data.endswith(b"\n"))
         return last
+
+    def _load_epoch(self) -> str:
+        path = os.path.join(self.directory, EPOCH_FILE)
+        try:
+            with open(path) as f:
+                epoch = f.read().strip()
+        except FileNotFoundError:
+            epoch = ""
+        if re.fullmatch(r"[0-9a-f]{32}", epoch):
+            return epoch
+        if epoch or self._segments or self._last_seq:
+            log.warning("journal %s has no readable epoch; starting a new one, so readers read it from its start",
+                        self.directory)
+        epoch = uuid.uuid4().hex
+        self._replace_file(EPOCH_FILE, epoch)
+        return epoch
 
     def _load_state(self) -> int:
         path = os.path.join(self.directory, STATE_FILE)
@@ -261,9 +291,14 @@ class Journal:
         os.fsync(self._dir_fd)
 
     def _save_state(self) -> None:
-        path = os.path.join(self.directory, STATE_FILE)
+        self._replace_file(STATE_FILE, str(self._last_seq))
+        self._saved_seq = self._last_seq
+
+    def _replace_file(self, name: str, text: str) -> None:
+        """Write a small file so that a crash leaves either the old or the new one, never half."""
+        path = os.path.join(self.directory, name)
         with open(path + ".tmp", "w") as f:
-            f.write(f"{self._last_seq}\n")
+            f.write(f"{text}\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
@@ -303,6 +338,23 @@ class Journal:
             segment.marks = _index(segment)
         i = bisect_right(segment.marks, (start, sys.maxsize)) - 1
         return segment.marks[i][1] if i >= 0 else 0
+
+    def _mark_served(self, records: List[dict], limit: int) -> Tuple[List[dict], int]:
+        """A reader is about to pass these seqs: the state file records them first, so that no crash
+        or damage hands them out again. Where it cannot (a full disk), newer records wait."""
+        if not records or records[-1]["seq"] <= self._saved_seq:
+            return records, limit
+        try:
+            self._save_state()
+        except OSError as e:
+            if str(e) != self._mark_problem:
+                log.warning("journal %s: cannot record how far readers got (%s); holding back records after %d",
+                            self.directory, e, self._saved_seq)
+            self._mark_problem = str(e)
+            kept = [r for r in records if r["seq"] <= self._saved_seq]
+            return kept, len(kept)  # as if the page were full: it says nothing of what follows
+        self._mark_problem = None
+        return records, limit
 
     def _lost(self, after: int, records: List[dict], limit: int, first_seq: int) -> bool:
         # Seqs are handed out without gaps: any gap after the cursor is a record the reader missed.
