@@ -185,9 +185,10 @@ def test_command_and_paths_match_the_mounts():
 def test_probes_run_healthz_on_the_served_socket():
     container = sidecar_container(daemonset())
     socket = options(container["args"])["--socket"]
-    for probe in ("livenessProbe", "readinessProbe"):
+    # Liveness asks only that it answers: a sidecar whose journal fails holds events a restart would lose.
+    for probe, flags in (("livenessProbe", ["--live"]), ("readinessProbe", [])):
         spec = container[probe]
-        assert spec["exec"]["command"] == ["gpu-monitoring", "healthz", "--socket", socket]
+        assert spec["exec"]["command"] == ["gpu-monitoring", "healthz", *flags, "--socket", socket]
         assert "httpGet" not in spec and "tcpSocket" not in spec
         assert spec["timeoutSeconds"] >= 5
 

@@ -4,10 +4,12 @@ import argparse
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Optional, Union
 
 from ..deps import MissingPackage, require
+from ..options import MAX_SOCKET_PATH_BYTES
 from . import protocol
+from .journal import JournalLockedError
 
 DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -28,6 +30,8 @@ def add_parsers(commands) -> None:
     sidecar.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     healthz = commands.add_parser("healthz", help="exit 0 when the sidecar on the socket is healthy, 1 otherwise")
     healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
+    healthz.add_argument("--live", action="store_true",
+                         help="exit 0 whenever the sidecar answers, healthy or not (the liveness probe)")
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
@@ -42,6 +46,10 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from .app import Sidecar
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    too_long = _socket_too_long(args.socket)
+    if too_long:
+        sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {too_long}\n")
+        return 1
     library, proc_root, pod_resources, node = args.nvml_library_path, args.proc_root, args.pod_resources_socket, None
     if args.simulate:
         try:
@@ -54,11 +62,38 @@ def run_sidecar(args: argparse.Namespace) -> int:
         library, proc_root = simulation.library, options["proc_root"]
         pod_resources = options.get("pod_resources_socket")
     try:
-        Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources)).serve()
+        try:
+            sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources))
+        except (OSError, JournalLockedError) as e:
+            # Each of these is a deployment mistake the operator fixes from the message alone.
+            sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")
+            return 1
+        sidecar.serve()
     finally:
         if node is not None:
             node.stop()
     return 0
+
+
+def _socket_too_long(path: str) -> Optional[str]:
+    size = len(os.fsencode(path))
+    if size <= MAX_SOCKET_PATH_BYTES:
+        return None
+    return f"--socket {path} is {size} bytes long; a unix socket path can have at most {MAX_SOCKET_PATH_BYTES}"
+
+
+def _start_error(error: Union[OSError, JournalLockedError], args: argparse.Namespace) -> str:
+    if isinstance(error, JournalLockedError):
+        return f"{error}: is another sidecar running with --journal {args.journal}?"
+    if error.strerror is None:  # raised with a message of its own, as server.SocketInUse is
+        return str(error)
+    if error.filename is None:  # bind() names no path; the journal's calls all do
+        return f"cannot serve on --socket {args.socket}: {error.strerror}"
+    # makedirs(exist_ok=True) fails with EEXIST only where the path is not a directory.
+    reason = "exists and is not a directory" if isinstance(error, FileExistsError) else error.strerror
+    journal = os.fspath(error.filename).startswith(args.journal)
+    option = f"--journal {args.journal}" if journal else f"--socket {args.socket}"
+    return f"{option}: {error.filename}: {reason}"
 
 
 def _existing(path: Optional[str]) -> Optional[str]:
@@ -77,5 +112,8 @@ def run_healthz(args: argparse.Namespace) -> int:
     except SidecarUnavailable as e:
         sys.stderr.write(f"unhealthy: {e}\n")
         return 1
-    print(f"{body.get('status')}: events {body.get('events')}, last_seq {body.get('last_seq')}")
-    return 0 if body.get("status") == "ok" else 1
+    print(f"{body.get('status')}: events {body.get('events')}, journal {body.get('journal')}, "
+          f"last_seq {body.get('last_seq')}")
+    # A sidecar whose journal cannot be written holds its events in memory: restarting it (what a
+    # failed liveness probe does) would lose them, so liveness asks only that it answers.
+    return 0 if args.live or body.get("status") == "ok" else 1
