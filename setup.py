@@ -36,6 +36,8 @@ setup(
             "setuptools>=61",
             "wheel",
             "pytest>=8",
+            # tests/reliability: property-based fuzzing of every parser of outside input.
+            "hypothesis>=6.100",
             "datadog-checks-dev>=40,<41",
             "ruff>=0.6",
             # tests/test_deploy.py: render the Helm chart (Helm's Go engine, no helm binary) and
