@@ -28,13 +28,14 @@ class Sidecar:
         library: Any = None,
         proc_root: Optional[str] = "/proc",
         pod_resources_socket: Optional[str] = None,
+        journal_wait: float = 30.0,
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
         self.session_lock = threading.Lock()
         allocations = AllocationReader(pod_resources_socket) if pod_resources_socket else None
         self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
-        self.journal = _open_journal(journal_dir)
+        self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.collector.restart)
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {

@@ -27,6 +27,8 @@ def add_parsers(commands) -> None:
                          help="with --simulate: simulated seconds per real second (default 1)")
     sidecar.add_argument("--start-at", type=float, default=0.0,
                          help="with --simulate: scenario time to start at, as after a restart (default 0)")
+    sidecar.add_argument("--journal-wait", type=float, default=30.0, metavar="SECONDS",
+                         help="how long to wait for a journal another sidecar still holds (default 30)")
     sidecar.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     healthz = commands.add_parser("healthz", help="exit 0 when the sidecar on the socket is healthy, 1 otherwise")
     healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
@@ -63,7 +65,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
         pod_resources = options.get("pod_resources_socket")
     try:
         try:
-            sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources))
+            sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
+                              journal_wait=args.journal_wait)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
             sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")

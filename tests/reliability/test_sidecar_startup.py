@@ -10,13 +10,14 @@ from gpu_monitoring.sidecar.journal import Journal
 
 PREFIX = "gpu-monitoring sidecar: cannot start: "
 STARTUP_SECONDS = 20
-# The sidecar waits this long for a journal another sidecar holds (a restart's overlap), then gives up.
-JOURNAL_WAIT_SECONDS = 30
+# How long the sidecar waits for a journal another sidecar holds (a restart's overlap; 30 s unless
+# --journal-wait says otherwise), then gives up.
+JOURNAL_WAIT_SECONDS = 1
 
 
 def sidecar(socket, journal, scenario="dgx-h100"):
     args = [sys.executable, "-m", "gpu_monitoring.cli", "sidecar", "--simulate", str(scenario), "--log-level", "ERROR",
-            "--socket", str(socket), "--journal", str(journal)]
+            "--socket", str(socket), "--journal", str(journal), "--journal-wait", str(JOURNAL_WAIT_SECONDS)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -36,8 +37,7 @@ def refusal(process, seconds=STARTUP_SECONDS, status=1, prefix=PREFIX):
 
 @pytest.fixture(scope="module", autouse=True)
 def locked_journal(tmp_path_factory):
-    """A sidecar started on a journal this test process holds: started before the module's first test,
-    so that its wait for the journal overlaps the other tests."""
+    """A sidecar started on a journal this test process holds."""
     directory = tmp_path_factory.mktemp("locked")
     holder = Journal(str(directory / "journal"))
     contender = sidecar(directory / "sidecar.sock", directory / "journal")
