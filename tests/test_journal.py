@@ -266,10 +266,17 @@ def test_process_killed_after_append_loses_nothing(tmp_path):
 
 def test_directory_is_private_and_held_by_one_journal(tmp_path):
     directory = tmp_path / "state" / "journal"
-    with Journal(str(directory)) as journal:
+    umask = os.umask(0o022)
+    try:
+        journal = Journal(str(directory))
         journal.append(xid(0))
+    finally:
+        os.umask(umask)
+    with journal:
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-        assert stat.S_IMODE(segments(directory)[0].stat().st_mode) == 0o600
+        # Every file, the segments and the small state files alike, under a permissive umask too.
+        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()} == {
+            path.name: 0o600 for path in directory.iterdir()}
         with pytest.raises(JournalLockedError):
             Journal(str(directory))
     with Journal(str(directory)) as journal:

@@ -297,7 +297,8 @@ class Journal:
     def _replace_file(self, name: str, text: str) -> None:
         """Write a small file so that a crash leaves either the old or the new one, never half."""
         path = os.path.join(self.directory, name)
-        with open(path + ".tmp", "w") as f:
+        # Owner-only like the segments, whatever the umask: the journal is the sidecar's alone.
+        with open(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(f"{text}\n")
             f.flush()
             os.fsync(f.fileno())
