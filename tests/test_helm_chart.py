@@ -283,3 +283,22 @@ def test_image_defaults_to_app_version():
 def test_notes_name_the_socket():
     notes = render_raw()["gpu-monitoring-sidecar/templates/NOTES.txt"]
     assert f"sidecar_socket: {chart_socket_path()}" in notes
+
+
+@needs_helm
+def test_every_privilege_of_the_default_render_is_justified_in_the_chart_readme():
+    readme = (CHART / "README.md").read_text()
+    spec = pod_spec(daemonset())
+    granted = [f"runtimeClassName: {spec['runtimeClassName']}"]
+    if spec.get("hostPID"):
+        granted.append("hostPID: true")
+    granted += [f"hostPath `{v['hostPath']['path']}`" for v in spec["volumes"] if "hostPath" in v]
+    env = {e["name"]: e.get("value") for e in sidecar_container(daemonset())["env"]}
+    granted.append(f"NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}")
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        if context.get("runAsUser") == 0:
+            granted += [f"`{container['name']}`", "runAsUser: 0"]
+        granted += context.get("capabilities", {}).get("add", [])
+    missing = [privilege for privilege in granted if privilege not in readme]
+    assert not missing, f"deploy/helm/gpu-monitoring-sidecar/README.md does not justify: {missing}"
