@@ -247,10 +247,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, {"error": message or explain or self.responses.get(code, ("",))[0],
                           "api_version": protocol.API_VERSION})
 
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        # A request line without a version is HTTP/0.9, answered without a status line or headers:
+        # a client could not tell an error from a snapshot. Answer it as HTTP/1.0 like the rest.
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        return parsed
+
     def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        route = self.server.routes.get(url.path)
         try:
+            url = _target(self.path)
+            route = self.server.routes.get(url.path)
             if route is None:
                 raise ApiError(404, f"no such path {url.path!r}; try {', '.join(sorted(self.server.routes))}")
             status, body = route(_single(parse_qs(url.query, keep_blank_values=True)))
@@ -279,6 +287,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("sidecar %s", format % args)
+
+
+def _target(path: str):
+    try:
+        return urlsplit(path)
+    except ValueError:  # an absolute-form target with a broken host (`GET http://[ HTTP/1.0`)
+        raise ApiError(400, f"unreadable request target {path!r}") from None
 
 
 def _single(query: Dict[str, list]) -> Dict[str, str]:

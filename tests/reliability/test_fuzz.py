@@ -1,0 +1,748 @@
+"""Property-based fuzzing of every parser of input from outside (issue 10, Deliver 3).
+
+Each parser gets arbitrary input and mutated good input; the only way out is a result or the error
+the parser documents (ConfigurationError, ValueError, PodResourcesError, SidecarUnavailable, an HTTP
+status), and good input reads back as it was written.
+
+Budget: the whole module runs in about 30 s on 2 cores, the sidecar's start included. Every fuzzer
+is `derandomize=True`, so a CI failure reproduces as it is; the example counts are the `*_EXAMPLES`
+constants below (300 for a pure parser, 150 for one that builds a check or talks over a socket,
+100 requests to a real sidecar). Raise them locally to fuzz harder, e.g. `FUZZ_SCALE=20 pytest ...`.
+"""
+
+import copy
+import json
+import math
+import os
+import re
+import socket
+import string
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from datadog_checks.base import ConfigurationError
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.config import InstanceConfig, parse
+from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
+from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
+from gpu_monitoring.kube.kubelet import PodInfo, parse_pod_list
+from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
+from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
+from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.sidecar.client import EventsPage, SidecarClient, SidecarUnavailable, _events_page
+from gpu_monitoring.snapshot import Advertised, Allocation, Event, SlurmJob, Snapshot
+from tests.sidecar_support import SidecarProcess
+
+SCALE = max(1, int(os.environ.get("FUZZ_SCALE", "1")))
+PARSER_EXAMPLES = 300 * SCALE
+CHECK_EXAMPLES = 150 * SCALE
+CLIENT_EXAMPLES = 150 * SCALE
+SIDECAR_EXAMPLES = 100 * SCALE
+
+
+def fuzz(examples: int):
+    # Fixtures here are module-scoped and hold nothing an example changes, so reusing them is sound.
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                           HealthCheck.data_too_large])
+
+
+# --- JSON-ish values ------------------------------------------------------------------------
+
+# Lone surrogates are what json.loads makes of "\ud800": text from outside may hold them.
+TEXT = st.text(st.characters(categories=None, codec=None), max_size=24)
+SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2**70), max_value=2**70)
+           | st.floats() | st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308, 10**400]) | TEXT)
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+                    max_leaves=16)
+
+
+def _locations(value, path=()):
+    """Every place in a JSON document: the root, each key's value, each item."""
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _locations(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _locations(item, path + (index,))
+
+
+def mutated(data, document):
+    """`document` with one to three places replaced by arbitrary JSON, removed, or wrapped in a list."""
+    document = copy.deepcopy(document)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        path = data.draw(st.sampled_from(sorted(_locations(document), key=repr)), label="where")
+        how = data.draw(st.sampled_from(["replace", "delete", "wrap", "stringify"]), label="how")
+        if not path:
+            document = data.draw(JSON, label="root") if how == "replace" else [document]
+            continue
+        parent = document
+        for step in path[:-1]:
+            parent = parent[step]
+        last = path[-1]
+        if how == "delete":
+            del parent[last]
+        elif how == "wrap":
+            parent[last] = [parent[last]]
+        elif how == "stringify":
+            parent[last] = json.dumps(parent[last])
+        else:
+            parent[last] = data.draw(JSON, label="value")
+    return document
+
+
+# --- configuration --------------------------------------------------------------------------
+
+SPEC = Path(__file__).resolve().parents[2] / "assets" / "configuration" / "spec.yaml"
+
+
+def _spec_options():
+    spec = yaml.safe_load(SPEC.read_text())
+    names = set()
+    for file in spec["files"]:
+        for section in file["options"]:
+            names.update(option["name"] for option in section.get("options", []) if "name" in option)
+    # The Agent's own instance options (the `instances/default` template) reach parse() as well.
+    return sorted(names | set(InstanceModel.model_fields))
+
+
+OPTIONS = _spec_options()
+# A good value for every option, so that an instance with one or two wrong ones reaches their checks.
+GOOD = {
+    "source": ["local", "sidecar"], "sidecar_socket": ["/var/run/gpu-monitoring/sidecar.sock"],
+    "ignore_missing_sidecar": [True, False], "nvml_library_path": ["/usr/lib/libnvidia-ml.so.1"],
+    "simulate": ["dgx-h100"], "collect_processes": [True, False], "disabled_collectors": [[], ["memory", "gpm"]],
+    "xid_ignore": [[], [13, 31]], "temperature_margin": [0, 5, 2.5, 100], "max_processes_per_device": [0, 64],
+    "proc_root": ["/proc", "/host/proc"], "kubernetes": ["auto", "true", "false", True, False],
+    "kubelet_url": ["https://10.0.0.1:10250", "http://[::1]:10255/pods"], "kubelet_token_path": ["/var/token"],
+    "kubelet_ca_path": ["/var/ca.crt"], "kubelet_tls_verify": [True, False], "kubelet_timeout": [0.5, 5, 60],
+    "pod_cache_ttl": [0, 30], "pod_resources_socket": ["/var/lib/kubelet/pod-resources/kubelet.sock"],
+    "gpu_resource_names": [["nvidia.com/gpu", "nvidia.com/mig-*"]], "hourly_price": [{}, {"NVIDIA H100*": 4.5}],
+    "default_hourly_price": [0, 2.5], "effective_threshold": [0, 50, 100], "tags": [[], ["team:ml"]],
+    "service": ["gpu"], "min_collection_interval": [15, 0.5], "empty_default_hostname": [False],
+    "disable_generic_tags": [True], "enable_legacy_tags_normalization": [True],
+    "metric_patterns": [{"include": ["gpu_monitoring.*"]}],
+}
+assert set(GOOD) >= set(OPTIONS), sorted(set(OPTIONS) - set(GOOD))
+# Values an operator might really write wrongly: edges of every range and type, beside arbitrary JSON.
+WRONG = st.sampled_from([
+    "local", "sidecar", "auto", "true", "false", True, False, 0, 1, 5, 15, 60, 61, -1, 0.5, 1e9, 1e10,
+    "dgx-h100", "https://10.0.0.1:10250", "http://[::1]:10250/pods", "https://host:99999", "http://[",
+    "https://host:0", "ftp://host", "https://", "/var/run/gpu-monitoring/sidecar.sock", "/tmp/" + "x" * 120, "/proc",
+    "", " ", "a\0b", "\ud800", "/tmp/\udcff", ["utilization", "memory"], ["nope"], [79, 48], [0], [True], ["env:prod"],
+    [""], {"NVIDIA H100*": 4.5}, {"": 1}, {"a": math.nan}, {"a": -1}, {"a": True}, {"a": 10**400},
+]) | JSON
+
+
+@st.composite
+def instances(draw):
+    names = draw(st.lists(st.sampled_from(OPTIONS), unique=True, max_size=12))
+    instance = {name: draw(st.sampled_from(GOOD[name])) for name in names}
+    for name in draw(st.lists(st.sampled_from(OPTIONS), unique=True, max_size=3)):
+        instance[name] = draw(WRONG)
+    return instance
+
+
+INSTANCES = instances()
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(INSTANCES)
+def test_config_parse_returns_or_raises_configuration_error(instance):
+    try:
+        parsed = parse(instance)
+    except ConfigurationError as error:
+        assert str(error)
+        event("refused")
+        return
+    event("accepted")
+    assert isinstance(parsed, InstanceConfig)
+    for value in (parsed.temperature_margin, parsed.effective_threshold, *parsed.hourly_price.values()):
+        assert math.isfinite(value)
+    assert parsed.source in ("local", "sidecar") and parsed.kubernetes in ("auto", "true", "false")
+
+
+@fuzz(CHECK_EXAMPLES)
+@given(INSTANCES)
+def test_constructing_the_check_raises_only_configuration_error(tmp_path_factory, instance):
+    # With the sidecar as source and no Kubernetes, constructing the check touches neither NVML nor a kubelet.
+    missing = str(tmp_path_factory.getbasetemp() / "no-sidecar.sock")
+    instance = dict(instance, source="sidecar", kubernetes=False, sidecar_socket=missing)
+    try:
+        GpuMonitoringCheck("gpu_monitoring", {}, [instance])
+    except ConfigurationError as error:
+        assert str(error)
+        event("refused")
+        return
+    event("constructed")
+
+
+# --- cgroup lines ---------------------------------------------------------------------------
+
+HEX = "0123456789abcdef"
+HEX64 = st.text(HEX, min_size=64, max_size=64)
+UUID = st.uuids().map(str)
+UID_32 = st.text(HEX, min_size=32, max_size=32)
+RUNTIMES = ["cri-containerd-", "crio-", "docker-", "libpod-", "libpod-payload-", "nerdctl-", ""]
+
+
+@st.composite
+def cgroup_segment(draw):
+    uid = draw(UUID | UID_32)
+    container = draw(HEX64)
+    return draw(st.sampled_from([
+        "kubepods", "kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice", "besteffort",
+        "burstable", f"pod{uid}", f"kubepods-pod{uid.replace('-', '_')}.slice",
+        f"kubepods-burstable-pod{uid.replace('-', '_')}.slice", f"kubelet-kubepods-pod{uid.replace('-', '_')}.slice",
+        f"{draw(st.sampled_from(RUNTIMES))}{container}", f"{draw(st.sampled_from(RUNTIMES))}{container}.scope",
+        f"crio-conmon-{container}.scope", f"libpod-conmon-{container}", f"backup-{container}.service",
+        "system.slice", "user.slice", "machine.slice", "docker", "default", "container", "init.scope",
+        "slurm", f"slurm_{draw(st.text(string.ascii_lowercase, min_size=1, max_size=6))}",
+        f"uid_{draw(st.integers(0, 2**32))}", f"job_{draw(st.integers(0, 10**9))}",
+        f"step_{draw(st.sampled_from(['0', '1', 'batch', 'extern', 'interactive', 'x/y']))}",
+        f"task_{draw(st.integers(0, 64))}", "user", "slurmstepd.scope", "node1_slurmstepd.scope",
+        container[: draw(st.integers(0, 63))], draw(TEXT),
+    ]))
+
+
+@st.composite
+def cgroup_line(draw):
+    number = draw(st.sampled_from(["0", "1", "4", "12", "", "x"]))
+    controller = draw(st.sampled_from(["", "memory", "cpu,cpuacct", "name=systemd", "rdma", "pids:x"]))
+    path = "/".join(draw(st.lists(cgroup_segment(), max_size=7)))
+    deleted = draw(st.sampled_from(["", " (deleted)"]))
+    return f"{number}:{controller}:/{path}{deleted}"
+
+
+CGROUP_TEXT = st.lists(cgroup_line(), max_size=6).map("\n".join)
+_POD_UID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32}")
+
+
+def _assert_owner(owner):
+    assert isinstance(owner, ProcessOwner)
+    assert owner.container_id is None or re.fullmatch(r"[0-9a-f]{64}", owner.container_id)
+    assert owner.pod_uid is None or _POD_UID.fullmatch(owner.pod_uid)
+    assert owner.slurm is None or (isinstance(owner.slurm, SlurmJob) and owner.slurm.job_id.isdigit())
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.text(st.characters(categories=None, codec=None)) | CGROUP_TEXT)
+def test_parse_cgroup_always_names_an_owner(text):
+    _assert_owner(parse_cgroup(text))
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(UUID, HEX64, st.sampled_from(["", "-besteffort", "-burstable"]),
+       st.sampled_from(["cri-containerd-", "crio-", "docker-"]), st.lists(st.sampled_from(
+           ["1:rdma:/", "0::/", "2:cpuset:/", "3:name=systemd:/init.scope"]), max_size=3), st.booleans())
+def test_parse_cgroup_reads_the_layouts_runtimes_write(uid, container, qos, runtime, host_lines, systemd):
+    if systemd:
+        slice_uid = uid.replace("-", "_")
+        path = f"/kubepods.slice/kubepods{qos}.slice/kubepods{qos}-pod{slice_uid}.slice/{runtime}{container}.scope"
+    else:
+        path = f"/kubepods/{qos.lstrip('-')}/pod{uid}/{container}".replace("//", "/")
+    # Hierarchies still at the root (rdma, the hybrid 0:: line) come first in real files.
+    owner = parse_cgroup("\n".join([*host_lines, f"0::{path}", ""]))
+    assert owner == ProcessOwner(container, uid)
+
+
+# --- device IDs -----------------------------------------------------------------------------
+
+HEX_UUID = st.lists(st.text("0123456789abcdefABCDEF", min_size=1, max_size=12), min_size=1, max_size=5).map("-".join)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.text(st.characters(categories=None, codec=None)) | st.builds(
+    "".join, st.lists(st.sampled_from(["GPU-", "MIG-", "nvidia", "::", "/", "gi", "vgpu", "0", "7", "12", "a-f",
+                                       "-", "\n", "٣", "MIG-GPU-"]), max_size=8)))
+def test_parse_device_id_returns_a_ref_or_value_error(raw):
+    try:
+        ref = parse_device_id(raw)
+    except ValueError as error:
+        assert str(error)
+        return
+    assert isinstance(ref, DeviceRef) and ref.raw == raw
+    assert ref.uuid is not None or ref.minor is not None
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.sampled_from(["GPU-", "MIG-"]), HEX_UUID, st.none() | st.integers(0, 10**6))
+def test_parse_device_id_reads_nvml_uuids_with_replicas(kind, uuid, replica):
+    raw = f"{kind}{uuid}" + ("" if replica is None else f"::{replica}")
+    assert parse_device_id(raw) == DeviceRef(raw=raw, uuid=f"{kind}{uuid}", replica=replica)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.integers(0, 10**6), st.sampled_from(["", "vgpu", "gi"]), st.integers(0, 10**6))
+def test_parse_device_id_reads_device_minors(minor, kind, sub):
+    raw = f"nvidia{minor}" + (f"/{kind}{sub}" if kind else "")
+    expected = {"vgpu": {"vgpu": sub}, "gi": {"gpu_instance": sub}, "": {}}[kind]
+    assert parse_device_id(raw) == DeviceRef(raw=raw, minor=minor, **expected)
+
+
+# --- kubelet /pods --------------------------------------------------------------------------
+
+NAME = st.text(string.ascii_lowercase + string.digits + "-", min_size=1, max_size=12)
+
+
+@st.composite
+def pod(draw):
+    containers = draw(st.lists(NAME, min_size=1, max_size=3, unique=True))
+    return {
+        "metadata": {"uid": draw(UUID), "name": draw(NAME), "namespace": draw(NAME)},
+        "spec": {"containers": [
+            {"name": name, "resources": {"limits": {"nvidia.com/gpu": draw(st.integers(0, 8)), "cpu": "1"}},
+             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "X", "valueFrom": {}}]}
+            for name in containers]},
+        "status": {"phase": draw(st.sampled_from(["Running", "Pending", "Succeeded"])), "containerStatuses": [
+            {"name": name, "containerID": f"containerd://{draw(HEX64)}"} for name in containers]},
+    }
+
+
+POD_LISTS = st.builds(lambda items: {"kind": "PodList", "apiVersion": "v1", "items": items},
+                      st.lists(pod(), max_size=3))
+
+
+def _parse_pods(payload):
+    try:
+        pods = parse_pod_list(payload)
+    except ValueError as error:
+        assert str(error)
+        return None
+    assert isinstance(pods, list) and all(isinstance(p, PodInfo) for p in pods)
+    return pods
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(JSON | st.builds(lambda items: {"items": items}, JSON))
+def test_parse_pod_list_of_anything_is_pods_or_value_error(payload):
+    _parse_pods(payload)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.data(), POD_LISTS)
+def test_parse_pod_list_of_a_damaged_list_is_pods_or_value_error(data, pods):
+    _parse_pods(mutated(data, pods))
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(POD_LISTS)
+def test_parse_pod_list_reads_a_good_list_whole(pods):
+    parsed = parse_pod_list(json.loads(json.dumps(pods)))
+    assert [(p.uid, p.name, p.namespace) for p in parsed] == [
+        (i["metadata"]["uid"], i["metadata"]["name"], i["metadata"]["namespace"]) for i in pods["items"]]
+    for info, item in zip(parsed, pods["items"]):
+        statuses = {s["name"]: s["containerID"].split("://")[1] for s in item["status"]["containerStatuses"]}
+        assert {c.name: c.container_id for c in info.containers} == statuses
+
+
+# --- pod-resources messages -----------------------------------------------------------------
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number, payload):
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _text(number, value):
+    return _field(number, value.encode("utf-8"))
+
+
+# Fields a newer kubelet sends that the decoder must skip: every wire type it can meet.
+UNKNOWN_FIELD = st.one_of(
+    st.builds(lambda n, v: _varint(n << 3) + _varint(v), st.integers(4, 99), st.integers(0, 2**64 - 1)),
+    st.builds(lambda n, v: _varint(n << 3 | 1) + v, st.integers(4, 99), st.binary(min_size=8, max_size=8)),
+    st.builds(lambda n, v: _varint(n << 3 | 5) + v, st.integers(4, 99), st.binary(min_size=4, max_size=4)),
+    st.builds(lambda n, v: _field(n, v), st.integers(4, 99), st.binary(max_size=8)),
+)
+UTF8 = st.text(max_size=16)  # surrogates excluded: protobuf strings are valid UTF-8
+
+
+def _insert(draw, ordered, extra):
+    """`ordered` (whose order means something) with each of `extra` at any place among them."""
+    fields = list(ordered)
+    for field in extra:
+        fields.insert(draw(st.integers(0, len(fields))), field)
+    return b"".join(fields)
+
+
+@st.composite
+def devices(draw):
+    resource = draw(UTF8)
+    ids = draw(st.lists(UTF8, max_size=3))
+    extra = [_text(1, resource), *draw(st.lists(UNKNOWN_FIELD, max_size=2))]
+    return _insert(draw, [_text(2, i) for i in ids], extra), resource, ids
+
+
+@st.composite
+def list_response(draw):
+    """A ListPodResourcesResponse as the kubelet serialises it, and the allocations it holds."""
+    message, expected = b"", []
+    for _ in range(draw(st.integers(0, 3))):
+        namespace, name = draw(UTF8), draw(UTF8)
+        pod_fields, pod_expected = [_text(1, name), _text(2, namespace)], []
+        for _ in range(draw(st.integers(0, 2))):
+            container = draw(UTF8)
+            container_fields, container_expected = [], []
+            for encoded, resource, ids in draw(st.lists(devices(), max_size=2)):
+                container_fields.append(_field(2, encoded))
+                container_expected += [Allocation(namespace, name, container, resource, i) for i in ids]
+            # The container's name may come after its devices; the decoder must still name them.
+            pod_fields.append(_field(3, _insert(draw, container_fields, [_text(1, container)])))
+            pod_expected += container_expected
+        message += _field(1, b"".join(pod_fields[:2][::draw(st.sampled_from([1, -1]))] + pod_fields[2:]))
+        message += b"".join(draw(st.lists(UNKNOWN_FIELD, max_size=1)))
+        expected += pod_expected
+    return message, expected
+
+
+@st.composite
+def allocatable_response(draw):
+    message, expected = b"", []
+    for encoded, resource, ids in draw(st.lists(devices(), max_size=4)):
+        message += _field(1, encoded) + b"".join(draw(st.lists(UNKNOWN_FIELD, max_size=1)))
+        expected += [Advertised(resource, i) for i in ids]
+    # CPU IDs (field 2, packed varints) and memory (field 3) are no GPU's: skipped whole.
+    message += _field(2, b"".join(_varint(c) for c in draw(st.lists(st.integers(0, 256), max_size=4))))
+    return message, expected
+
+
+@st.composite
+def damaged(draw, good):
+    payload = bytearray(draw(good)[0])
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "splice"]))
+        at = draw(st.integers(0, len(payload)))
+        if how == "flip" and payload:
+            at = min(at, len(payload) - 1)
+            payload[at] ^= 1 << draw(st.integers(0, 7))
+        elif how == "truncate":
+            del payload[at:]
+        elif how == "insert":
+            payload[at:at] = draw(st.binary(min_size=1, max_size=4) | st.sampled_from([b"\xff" * 11, b"\x00", b"\x07"]))
+        elif how == "delete":
+            del payload[at:at + draw(st.integers(1, 4))]
+        else:
+            payload[at:at] = payload[: draw(st.integers(0, len(payload)))]
+    return bytes(payload)
+
+
+def _decode(decoder, payload):
+    try:
+        return decoder(payload)
+    except PodResourcesError as error:
+        assert error.reason == "invalid" and str(error)
+        return None
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.binary(max_size=256) | damaged(list_response()))
+def test_decode_allocations_of_any_bytes_is_allocations_or_invalid(payload):
+    result = _decode(decode_allocations, payload)
+    assert result is None or all(isinstance(a, Allocation) for a in result)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.binary(max_size=256) | damaged(allocatable_response()))
+def test_decode_allocatable_of_any_bytes_is_advertised_or_invalid(payload):
+    result = _decode(decode_allocatable, payload)
+    assert result is None or all(isinstance(a, Advertised) for a in result)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(list_response())
+def test_decode_allocations_reads_what_the_kubelet_writes(response):
+    payload, expected = response
+    assert decode_allocations(payload) == expected
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(allocatable_response())
+def test_decode_allocatable_reads_what_the_kubelet_writes(response):
+    payload, expected = response
+    assert decode_allocatable(payload) == expected
+
+
+def test_the_hand_encoding_is_the_kubelet_s():
+    """The encoder above agrees with protobuf's own, through the simulator's descriptor of the API."""
+    from gpu_monitoring.simulator.pod_resources_server import _message_classes
+
+    classes = _message_classes(False)
+    response = classes["ListPodResourcesResponse"]()
+    pod = response.pod_resources.add(name="train", namespace="ml")
+    pod.containers.add(name="main").devices.add(resource_name="nvidia.com/gpu", device_ids=["GPU-1", "GPU-2"])
+    ours = _field(1, _text(1, "train") + _text(2, "ml") + _field(3, _text(1, "main") + _field(
+        2, _text(1, "nvidia.com/gpu") + _text(2, "GPU-1") + _text(2, "GPU-2"))))
+    assert ours == response.SerializeToString()
+
+
+# --- sidecar snapshot and events ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good_snapshot():
+    """A real NodeCollector's snapshot of the simulated DGX H100, with events and allocations added."""
+    from gpu_monitoring.collectors.node import NodeCollector
+    from gpu_monitoring.nvml.session import NvmlSession
+    from gpu_monitoring.simulator import SimulatedNvml, load
+
+    collector = NodeCollector(NvmlSession(SimulatedNvml(load("dgx-h100")).library), proc_root=None,
+                              watch_events=False)
+    try:
+        taken = collector.collect().to_dict()
+    finally:
+        collector.close()
+    uuid = taken["devices"][0]["uuid"]
+    taken["events"] = [{"device_uuid": uuid, "kind": "xid", "code": 79, "timestamp": 1.5,
+                        "gpu_instance_id": None, "compute_instance_id": None},
+                       {"device_uuid": None, "kind": "type_0x10", "code": 0, "timestamp": 2,
+                        "gpu_instance_id": 1, "compute_instance_id": 0}]
+    taken["allocations"] = {"source": "pod_resources", "error": None,
+                            "items": [{"namespace": "ml", "pod": "train", "container": "main",
+                                       "resource_name": "nvidia.com/gpu", "device_id": uuid}],
+                            "advertised": [{"resource_name": "nvidia.com/gpu", "device_id": uuid}],
+                            "advertised_error": None}
+    return json.loads(json.dumps(taken))
+
+
+def _load_snapshot(document):
+    try:
+        loaded = Snapshot.from_dict(document)
+    except ValueError as error:
+        assert str(error)
+        event("refused")
+        return None
+    event("loaded")
+    assert isinstance(loaded, Snapshot)
+    return loaded
+
+
+def test_a_good_snapshot_reads_back_as_it_was_written(good_snapshot):
+    assert len(good_snapshot["devices"]) == 8 and good_snapshot["events"] and good_snapshot["allocations"]["items"]
+    assert Snapshot.from_dict(good_snapshot).to_dict() == good_snapshot
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(JSON | st.builds(lambda extra: dict(extra, version=1), st.dictionaries(TEXT, JSON, max_size=4)))
+def test_a_snapshot_of_anything_loads_or_raises_value_error(document):
+    _load_snapshot(document)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(data=st.data())
+def test_a_damaged_snapshot_loads_or_raises_value_error(good_snapshot, data):
+    loaded = _load_snapshot(mutated(data, good_snapshot))
+    if loaded is not None:
+        # What loads must be what a check can use: it writes back out as JSON without loss of type.
+        assert Snapshot.from_dict(json.loads(json.dumps(loaded.to_dict()))).to_dict() == loaded.to_dict()
+
+
+GOOD_PAGE = {"api_version": 1, "events": [
+    {"seq": 7, "device_uuid": "GPU-1", "kind": "xid", "code": 48, "timestamp": 10.0},
+    {"seq": 8, "device_uuid": None, "kind": "ecc_dbe", "code": 0, "timestamp": 11, "gpu_instance_id": 2}],
+    "last_seq": 8, "first_seq": 1, "lost": False, "epoch": "e"}
+
+
+def _read_page(body):
+    try:
+        page = _events_page(body, 0)
+    except ValueError as error:
+        assert str(error)
+        return None
+    assert isinstance(page, EventsPage) and all(isinstance(e, Event) for e in page.events)
+    return page
+
+
+def test_a_good_events_page_reads_whole():
+    page = _events_page(GOOD_PAGE, 0)
+    assert (page.last_seq, page.journal_last_seq, page.lost) == (8, 8, False)
+    assert [(e.kind, e.code, e.gpu_instance_id) for e in page.events] == [("xid", 48, None), ("ecc_dbe", 0, 2)]
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(JSON.filter(lambda v: isinstance(v, dict)) | st.builds(lambda events: dict(GOOD_PAGE, events=events), JSON))
+def test_an_events_page_of_anything_reads_or_raises_value_error(body):
+    _read_page(body)
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.data())
+def test_a_damaged_events_page_reads_or_raises_value_error(data):
+    body = mutated(data, GOOD_PAGE)
+    assume(isinstance(body, dict))  # the client takes only an object this far
+    _read_page(body)
+
+
+# --- the check's client, answered by anything -----------------------------------------------
+
+
+class _AnsweringServer:
+    """A unix socket that answers each connection with the bytes set for it, then hangs up."""
+
+    def __init__(self, path):
+        self.path = path
+        self.answer = b""
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(8)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2)
+                try:
+                    connection.recv(65536)
+                    connection.sendall(self.answer)
+                    connection.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def answering(tmp_path_factory):
+    server = _AnsweringServer(str(tmp_path_factory.mktemp("answers") / "s.sock"))
+    yield server
+    server.close()
+
+
+def _http(status, body):
+    return b"HTTP/1.0 %d X\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body
+
+
+ANSWERS = st.one_of(
+    st.binary(max_size=200),
+    st.builds(_http, st.sampled_from([200, 200, 404, 500, 503]), st.builds(
+        lambda v: json.dumps(v).encode(), JSON | st.builds(lambda s: {"api_version": 1, "snapshot": s}, JSON))),
+    st.builds(lambda head, body: head + b"\r\n\r\n" + body,
+              st.sampled_from([b"HTTP/1.0 200 OK", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999",
+                               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked",
+                               b"HTTP/1.0 200 OK\r\nContent-Length: -1", b"HTTP/1.0 999 ?",
+                               b"HTTP/1.0 200 OK\r\nContent-Length: 3"]),
+              st.binary(max_size=40)),
+)
+
+
+@fuzz(CLIENT_EXAMPLES)
+@given(data=st.data(), snapshot=st.booleans(), damage=st.booleans())
+def test_the_sidecar_client_reads_any_answer_or_raises_unavailable(answering, good_snapshot, data, snapshot, damage):
+    good = {"api_version": 1, "snapshot": good_snapshot} if snapshot else GOOD_PAGE
+    # Half the answers are a good document, damaged or not, so that the client's checks past HTTP are reached.
+    document = mutated(data, good) if damage else good
+    answer = data.draw(st.just(_http(200, json.dumps(document).encode())) | ANSWERS, label="answer")
+    answering.answer = answer
+    client = SidecarClient(answering.path, timeout=2)
+    try:
+        result = client.snapshot() if snapshot else client.events(0)
+    except SidecarUnavailable as error:
+        assert str(error)
+        event("unavailable")
+        return
+    event("read")
+    assert isinstance(result, Snapshot if snapshot else EventsPage)
+
+
+# --- HTTP requests to the sidecar -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory):
+    running = SidecarProcess(tmp_path_factory.mktemp("fuzz-sidecar"), "dgx-h100").start()
+    yield running
+    running.stop()
+
+
+TARGETS = st.sampled_from([
+    "/healthz", "/v1/snapshot", "/v1/events", "/v1/events?after=0&limit=1", "/v1/events?after=-1",
+    "/v1/events?limit=100000", "/v1/events?after=1&after=2", "/v1/events?after=%ff", "/v1/events?x=1",
+    "/healthz?x", "*", "", "//healthz", "http://[", "http://host/healthz", "/%00", "/\x7f", "/" + "a" * 300,
+]) | st.text(string.printable, max_size=30)
+METHODS = st.sampled_from(["GET", "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "BREW", "get", ""])
+VERSIONS = st.sampled_from(["HTTP/1.0", "HTTP/1.1", "HTTP/1.1", "", "HTTP/0.9", "HTTP/2.0", "HTTP/9.9",
+                            "HTTP/1.0.0", "HTTP/x", "FTP/1.0"])
+HEADERS = st.lists(st.tuples(st.sampled_from(["Host", "Content-Length", "Connection", "Expect", "X", ""]),
+                             st.sampled_from(["", "0", "5", "-1", "keep-alive", "close", "100-continue", "\x00"])),
+                   max_size=4)
+
+
+@st.composite
+def http_request(draw):
+    line = " ".join(part for part in (draw(METHODS), draw(TARGETS), draw(VERSIONS)) if part)
+    newline = draw(st.sampled_from(["\r\n", "\n"]))
+    head = newline.join([line, *(f"{name}: {value}" for name, value in draw(HEADERS))]) + newline * 2
+    return head.encode("latin-1", "replace") + draw(st.binary(max_size=16))
+
+
+# A malformed request is the client's fault (4xx); 501 and 505 are HTTP's own answers to a method
+# or version the server does not implement. 500 would be a bug, and any other status a surprise.
+HANDLED = re.compile(rb"HTTP/1\.[01] (2\d\d|4\d\d|501|505) ")
+
+
+def _ask(path, request):
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(8)  # past the server's 5 s read deadline, well short of the module's budget
+    answer = b""
+    try:
+        connection.connect(path)
+        try:
+            connection.sendall(request)
+            # The request ends where the client stops sending, as a real client that hangs up does.
+            connection.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server may refuse an oversized request before it is all sent; its answer still counts
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return answer
+            answer += chunk
+    except ConnectionResetError:
+        return answer
+    finally:
+        connection.close()
+
+
+@fuzz(SIDECAR_EXAMPLES)
+@given(st.binary(max_size=300) | http_request())
+# What this fuzzer found: a request line without a version was answered with no status line, and a
+# target urlsplit cannot read ended in a traceback and a dropped connection.
+@example(b"GET\t\x00")
+@example(b"GET /healthz\r\n\r\n")
+@example(b"GET http://[ HTTP/1.0\r\n\r\n")
+def test_the_sidecar_answers_any_request_with_a_status_or_hangs_up(sidecar, request):
+    logged = len(sidecar.log_text())
+    answer = _ask(sidecar.socket, request)
+    assert not answer or HANDLED.match(answer), (request, answer[:300])
+    event(f"HTTP {answer[9:12].decode()}" if answer else "hung up")
+    # The server logs a failed answer before it hangs up, so the log already holds it here; only this
+    # request's lines count, so that shrinking lands on the request that wrote them.
+    assert "Traceback" not in sidecar.log_text()[logged:]
+
+
+def test_the_sidecar_is_healthy_and_quiet_after_fuzzing(sidecar):
+    # Runs after the fuzzer in file order; alone, it checks a fresh sidecar, which is harmless.
+    assert sidecar.client().get(protocol.HEALTH_PATH)["status"] == "ok"
+    assert sidecar.process.poll() is None
+    log = sidecar.log_text()
+    assert "Traceback" not in log and "could not answer" not in log, log[-3000:]
