@@ -78,7 +78,8 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
             price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
             holders=_exclusive_holders(device, device_workloads, claims, owners),
             sharing=sharing_modes(device, claims),
-            offered=None if offer is None else device.index in offer.devices,
+            # A GPU whose UUID NVML cannot tell matches no advertised ID: unknown, not refused.
+            offered=None if offer is None or not device.uuid else device.index in offer.devices,
         )
         process_holders.update(owners)
     return Attribution(

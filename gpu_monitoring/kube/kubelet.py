@@ -192,8 +192,10 @@ class KubeletClient:
             raise self._limit_error(e) from None
         except requests.exceptions.SSLError as e:
             raise KubeletError(CRITICAL, self._tls_failure(e)) from e
-        except requests.exceptions.Timeout as e:
-            raise KubeletError(WARNING, f"kubelet at {self.url} did not answer in time: {_reason(e)}") from e
+        except requests.exceptions.Timeout:
+            # The library's text quotes the time left of the deadline, different every run: the
+            # reason must read the same while the fault lasts, or it is logged again every run.
+            raise self._limit_error(ReadLimitExceeded(f"no answer within {deadline.seconds:g}s", "timeout")) from None
         except requests.exceptions.ConnectionError as e:
             raise KubeletError(
                 WARNING,

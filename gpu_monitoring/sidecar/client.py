@@ -82,6 +82,13 @@ class SidecarClient:
         except ValueError as e:
             raise SidecarUnavailable(f"sidecar at {self.socket_path} sent events this check cannot read: {e}") from e
 
+    def _check_complete(self, path: str, raw: bytes, content_length: Optional[str]) -> None:
+        """A connection closed before the length the answer declared: a sidecar that died mid-answer,
+        not one that sent something wrong."""
+        if content_length and content_length.isdigit() and len(raw) < int(content_length):
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} closed the connection after {len(raw)} of the "
+                                     f"{content_length} bytes of its answer to {path}: did it stop or crash?")
+
     def get(self, path: str) -> Dict[str, Any]:
         try:
             deadline = Deadline(self.timeout)
@@ -93,6 +100,7 @@ class SidecarClient:
             response = connection.getresponse()
             check_declared_size(response.getheader("Content-Length"), MAX_RESPONSE_BYTES)
             raw = read_bounded(response.read1, deadline, MAX_RESPONSE_BYTES)
+            self._check_complete(path, raw, response.getheader("Content-Length"))
         except FileNotFoundError as e:
             raise SidecarUnavailable(f"no sidecar socket at {self.socket_path}: is the sidecar running on this node "
                                      "and its socket directory mounted into the Agent?") from e
@@ -128,3 +136,4 @@ def _events_page(body: Dict[str, Any], after: int) -> EventsPage:
     return EventsPage(
         events, last, json_typed(int, body.get("last_seq"), "last_seq"), json_typed(bool, body.get("lost"), "lost")
     )
+
