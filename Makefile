@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-sidecar metadata clean
+.PHONY: demo test lint bench bench-sidecar soak metadata clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP)
 bench-sidecar: $(STAMP)
 	$(BIN)/python scripts/sidecar_bench.py
 	$(BIN)/python scripts/journal_bench.py
+
+# 10,000 runs in local and sidecar mode while faults cycle, the sidecar killed every 1,000 (minutes).
+soak: $(STAMP)
+	$(BIN)/python scripts/soak.py
 
 metadata: $(STAMP)
 	$(BIN)/gpu-monitoring metadata --write metadata.csv
