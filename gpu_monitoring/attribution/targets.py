@@ -54,6 +54,11 @@ def resolve_all(snapshot: Snapshot, allocations: List[Allocation]) -> Tuple[List
             resolved.append((allocation, resolver.resolve(allocation.device_id)))
         except ValueError as e:
             problems.append(f"{allocation.namespace}/{allocation.pod}/{allocation.container}: {e}")
+    unnamed = [str(d.index) for d in snapshot.devices if not d.uuid]
+    if problems and unnamed:
+        # NVML, not pod-resources, is at fault: one line for it rather than one per allocation.
+        problems = [f"{len(problems)} allocations match no GPU while NVML does not tell the UUID of GPU "
+                    f"{', '.join(unnamed)}: they cannot be matched until it does"]
     return resolved, problems
 
 

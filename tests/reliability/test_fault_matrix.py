@@ -553,12 +553,6 @@ def processes_still_listed(subject: SimulatedNode) -> None:
 # --- the matrix ------------------------------------------------------------------------------------
 
 # Bugs the matrix shows (strict xfails: fix the bug and the case passes, and must lose its mark).
-UNKNOWN_UUIDS_BLAME_POD_RESOURCES = (
-    "when the driver answers no GPU's UUID, the first run logs one AgentCheck.warning per pod-resources "
-    "allocation (7 on dgx-h100: 'pod-resources: <pod>: device GPU-... matches no GPU or MIG instance NVML sees'), "
-    "blaming pod-resources for what NVML cannot say: one fault, seven lines"
-)
-
 CASES = [
     # NVML
     Case("nvml-missing", nvml_missing, NVML_CHECK, CRITICAL, "could not load nvml_library_path",
@@ -577,10 +571,8 @@ CASES = [
          all_of(devices_intact(GPUS - {5}), refused_gpu_is_read_nowhere_else, still_counted, kubelet_ok)),
     Case("driver-lacks-every-reading", driver_lacks(READING_SYMBOLS), NVML_CHECK, OK, None,
          all_of(still_counted, every_gpu_healthy, kubelet_ok)),
-    pytest.param(
-        Case("driver-lacks-every-device-function", driver_lacks(DEVICE_SYMBOLS), NVML_CHECK, OK, None,
-             all_of(still_counted, kubelet_ok)),
-        marks=pytest.mark.xfail(strict=True, reason=UNKNOWN_UUIDS_BLAME_POD_RESOURCES)),
+    Case("driver-lacks-every-device-function", driver_lacks(DEVICE_SYMBOLS), NVML_CHECK, OK, None,
+         all_of(still_counted, kubelet_ok)),
     Case("no-permission-for-processes", no_permission, NVML_CHECK, OK, None,
          all_of(devices_intact(), no_process_series, kubelet_ok)),  # refused once, then remembered (no count)
     Case("event-registration-fails-then-works", registration_fails, NVML_CHECK, OK, None,
