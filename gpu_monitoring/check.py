@@ -144,10 +144,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._nvml_unavailable(str(e))
             return None
         self._sidecar_state(*self._events_state())
-        if self._unavailable:
-            self.log.info("NVML is available again")
-            self._unavailable = None
-        self.service_check(CAN_CONNECT, AgentCheck.OK, tags=self.options.tags)
+        self._nvml_state(snapshot.node.problems)
         return snapshot
 
     def _events_state(self) -> tuple:
@@ -167,6 +164,18 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
                 self.log.info("The sidecar answers again")
             self._sidecar_problem = reason
         self.service_check(SIDECAR_CAN_CONNECT, status, tags=self.options.tags, message=reason)
+
+    def _nvml_state(self, problems: List[str]) -> None:
+        """NVML answers; what it cannot give (permission, events) is a WARNING, told once a change."""
+        reason = "; ".join(problems) or None
+        if reason != self._unavailable:
+            if reason:
+                self.log.warning("NVML answers, but: %s", reason)
+            elif self._unavailable:
+                self.log.info("NVML is available again")
+            self._unavailable = reason
+        status = AgentCheck.WARNING if reason else AgentCheck.OK
+        self.service_check(CAN_CONNECT, status, tags=self.options.tags, message=reason)
 
     def _nvml_unavailable(self, reason: str) -> None:
         # One log line when NVML goes away or the reason changes, not one per run.

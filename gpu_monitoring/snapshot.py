@@ -124,6 +124,8 @@ class Node:
     driver_version: Optional[str] = None
     nvml_version: Optional[str] = None
     cuda_driver_version: Optional[str] = None
+    # What NVML reads but cannot give this run (permission, events not watched): the check says it.
+    problems: List[str] = field(default_factory=list)
 
 
 @dataclass

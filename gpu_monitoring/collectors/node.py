@@ -136,6 +136,15 @@ class NodeCollector:
             self.events.close()
         self.session.stop()
 
+    def _problems(self) -> List[str]:
+        """Faults that lose data without failing the run, for the check's nvml.can_connect to tell."""
+        found = [f"GPU {device.index}: NVML denies {', '.join(device.denied_functions())} (no permission: "
+                 "give the Agent access to the GPU device nodes)"
+                 for device in self.session.devices if device.denied_functions()]
+        if self.events is not None and self.events.problem and not self.events.unsupported:
+            found.append(f"XID and ECC events are not watched: {self.events.problem}")
+        return found
+
     def _collect(self) -> snapshot.Snapshot:
         self._drain()
         raw_events = list(self._undelivered)
@@ -151,6 +160,7 @@ class NodeCollector:
                 driver_version=self.session.driver_version,
                 nvml_version=self.session.nvml_version,
                 cuda_driver_version=self.session.cuda_driver_version,
+                problems=self._problems(),
             ),
             devices=devices,
             events=[

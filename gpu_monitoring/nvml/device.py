@@ -67,6 +67,7 @@ class Device:
         self.handle = handle
         self.parent = parent
         self._refused: set = set()
+        self._denied: set = set()  # refused for want of permission: worth telling, unlike "not supported"
         self._refused_fields: set = set()
         self._static: Dict[str, Any] = {}
         self.fields_timestamp_us = 0  # when NVML took the last batch of field values
@@ -114,6 +115,8 @@ class Device:
 
     def _refuse(self, key: Tuple, error: Exception) -> None:
         self._refused.add(key)
+        if isinstance(error, pynvml.NVMLError_NoPermission):
+            self._denied.add(key[0])
         log.debug("%r: %s answered %s; not asking again until NVML restarts", self, key[0], error)
 
     def static(self, name: str, read: Callable[[], Any]) -> Any:
@@ -124,6 +127,10 @@ class Device:
             except CannotAnswer:
                 self._static[name] = None
         return self._static[name]
+
+    def denied_functions(self) -> List[str]:
+        """The functions NVML refused this process for want of permission."""
+        return sorted(self._denied)
 
     def refused_functions(self) -> List[str]:
         """What NVML refused for good, as `name` or `name(args)` where arguments told the calls apart."""

@@ -37,6 +37,7 @@ class EventWatcher:
         self._set: Any = None
         self._registered: Dict[int, int] = {}  # handle address -> device index
         self.problem: Optional[str] = None  # why no event can come now, if none can
+        self.unsupported = False  # no GPU has XID or ECC events at all: a capability, not a fault
 
     @property
     def listening(self) -> bool:
@@ -67,9 +68,10 @@ class EventWatcher:
             except (CannotAnswer, GpuLost) as e:
                 log.debug("%r: event registration deferred: %s", device, e)
                 self.problem = f"GPU {device.index}: {e}"
+        self.unsupported = not self._registered and self.problem is None
         if self._registered:
             self.problem = None
-        elif self.problem is None:
+        elif self.unsupported:
             self.problem = "no GPU supports XID or ECC events"
 
     def drain(self, timeout_ms: int = 0) -> List[RawEvent]:

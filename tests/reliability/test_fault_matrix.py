@@ -120,12 +120,13 @@ def loud(caplog) -> List[str]:
 
 
 def devices_intact(gpus=GPUS, metrics=DEVICE_METRICS, healthy=None):
-    """Every reading of `gpus` is submitted (and no other GPU's), NVML says OK, each (`healthy`) GPU is OK."""
+    """Every reading of `gpus` is submitted (and no other GPU's), NVML answers (what it cannot give
+    is another matter), each (`healthy`) GPU is OK."""
 
     def check(subject: SimulatedNode) -> None:
         for metric in metrics:
             assert set(subject.values(metric)) == set(gpus), metric
-        assert service_check(NVML_CHECK).status == OK
+        assert service_check(NVML_CHECK).status != CRITICAL
         for gpu in gpus if healthy is None else healthy:
             assert service_check(HEALTH_CHECK, gpu).status == OK, service_check(HEALTH_CHECK, gpu).message
 
@@ -573,9 +574,9 @@ CASES = [
          all_of(still_counted, every_gpu_healthy, kubelet_ok)),
     Case("driver-lacks-every-device-function", driver_lacks(DEVICE_SYMBOLS), NVML_CHECK, OK, None,
          all_of(still_counted, kubelet_ok)),
-    Case("no-permission-for-processes", no_permission, NVML_CHECK, OK, None,
+    Case("no-permission-for-processes", no_permission, NVML_CHECK, WARNING, "no permission",
          all_of(devices_intact(), no_process_series, kubelet_ok)),  # refused once, then remembered (no count)
-    Case("event-registration-fails-then-works", registration_fails, NVML_CHECK, OK, None,
+    Case("event-registration-fails-then-works", registration_fails, NVML_CHECK, WARNING, "events are not watched",
          all_of(devices_intact(), kubelet_ok, refused("nvmlDeviceRegisterEvents", len(GPUS))),
          heal=stop_failing, heal_runs=2, healed=all_of(devices_intact(healthy=GPUS - {0}), xid_seen_once(0, 48))),
     # kubelet
@@ -674,23 +675,9 @@ def test_fault(case: Case, env: Env, caplog):
 
 # --- faults no service check tells ----------------------------------------------------------------
 
-EVENTS_UNWATCHED_UNTOLD = (
-    "in local mode, nvmlDeviceRegisterEvents failing is recorded only in EventWatcher.problem and a DEBUG "
-    "line: no service check (nvml.can_connect stays OK without a message) or log above DEBUG says XIDs are not "
-    "being watched, so the XIDs of those runs are lost unannounced (the sidecar's /healthz does report it)"
-)
-PERMISSION_UNTOLD = (
-    "NO_PERMISSION from the process queries is remembered as 'refused for good' (Device._refused, "
-    "snapshot.Device.unsupported, which nothing submits) and a DEBUG line: every process series and process "
-    "attribution disappear while every service check says OK without a message"
-)
-
-
 @pytest.mark.parametrize("build, word", [
-    pytest.param(registration_fails, "event", id="event-registration-fails",
-                 marks=pytest.mark.xfail(strict=True, reason=EVENTS_UNWATCHED_UNTOLD)),
-    pytest.param(no_permission, "permission", id="no-permission-for-processes",
-                 marks=pytest.mark.xfail(strict=True, reason=PERMISSION_UNTOLD)),
+    pytest.param(registration_fails, "event", id="event-registration-fails"),
+    pytest.param(no_permission, "permission", id="no-permission-for-processes"),
 ])
 def test_a_service_check_names_the_fault(build, word, env, caplog):
     caplog.set_level(logging.INFO)
