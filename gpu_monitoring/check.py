@@ -12,7 +12,8 @@ from .collectors.allocations import AllocationReader
 from .config import InstanceConfig, parse
 from .config_models import ConfigMixin
 from .deps import require
-from .kube.kubelet import KubeletClient, KubeletError, PodInfo
+from .kube.kubelet import KubeletClient, KubeletError
+from .kube.pod_list import PodInfo
 from .nvml.errors import NvmlError
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot

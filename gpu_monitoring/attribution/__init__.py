@@ -7,7 +7,7 @@ and the kubelet's pods, and never calls NVML or submits anything.
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..kube.kubelet import PodInfo
+from ..kube.pod_list import PodInfo
 from ..snapshot import Device, Process, Snapshot
 from .fleet import DeviceState, device_state, funnel, hourly_price
 from .holders import Holder, HolderKey, PodDirectory, Tagger

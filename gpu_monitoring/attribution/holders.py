@@ -4,7 +4,7 @@ cgroup, and Slurm jobs named by their processes' cgroups."""
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..kube.kubelet import ContainerInfo, PodInfo
+from ..kube.pod_list import ContainerInfo, PodInfo
 from ..snapshot import Allocation, Process, SlurmJob
 
 HolderKey = Tuple[str, ...]

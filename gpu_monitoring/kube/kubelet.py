@@ -1,4 +1,4 @@
-"""The kubelet's `/pods` endpoint: which pods and containers run on this node, and what they asked for.
+"""The kubelet's `/pods` endpoint, asked safely (what the answer means: `pod_list`).
 
 The kubelet answers on HTTPS (port 10250) to a service-account bearer token. The client
 verifies the kubelet's certificate unless told not to, re-reads a rotated token when the
@@ -15,7 +15,6 @@ import os
 import re
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
@@ -26,7 +25,7 @@ from datadog_checks.base.utils.http import RequestsWrapper
 
 from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
 from ..options import boolean, number, text
-from ..snapshot import json_typed
+from .pod_list import PodInfo, parse_pod_list
 
 try:
     import datadog_agent
@@ -37,8 +36,6 @@ log = logging.getLogger(__name__)
 
 WARNING = "WARNING"
 CRITICAL = "CRITICAL"
-TERMINAL_PHASES = ("Succeeded", "Failed")
-GPU_RESOURCE_PREFIX = "nvidia.com/"
 DEFAULT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DEFAULT_CA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 DEFAULT_HOST = "localhost"
@@ -53,28 +50,6 @@ REDACTED = "<redacted>"
 # A credential in text a server or library wrote, ours or another's (an RFC 6750 token after the
 # scheme as headers spell it; this module's own messages say "bearer token" in lower case).
 _BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9._~+/-]{8,}=*")
-
-
-@dataclass(frozen=True)
-class ContainerInfo:
-    name: str
-    container_id: Optional[str]
-    env: Dict[str, str] = field(default_factory=dict)
-    gpu_limits: Dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    uid: str
-    name: str
-    namespace: str
-    phase: str
-    containers: List[ContainerInfo] = field(default_factory=list)
-
-    @property
-    def terminal(self) -> bool:
-        """Succeeded or Failed: its devices are free again even if pod-resources still lists them."""
-        return self.phase in TERMINAL_PHASES
 
 
 class KubeletError(Exception):
@@ -337,85 +312,6 @@ def _http_wrapper(ca_path: Optional[str], tls_verify: bool) -> RequestsWrapper:
     if hasattr(http, "aia_chasing_max_depth"):
         http.aia_chasing_max_depth = 0
     return http
-
-
-def parse_pod_list(payload: Any) -> List[PodInfo]:
-    """PodInfo for every pod in a `/pods` answer; ValueError, naming the first wrong field, when it is
-    not a pod list (a field of the wrong type included: it would fail far from here otherwise)."""
-    items = _required(json_typed(dict, payload, "the answer"), "items", list, "the answer")
-    return [_pod(item, f"items[{i}]") for i, item in enumerate(items)]
-
-
-def _pod(item: Any, where: str) -> PodInfo:
-    item = json_typed(dict, item, where)
-    metadata = _required(item, "metadata", dict, where)
-    spec = _optional(item, "spec", dict, where, {})
-    status = _optional(item, "status", dict, where, {})
-    ids = _container_ids(_optional(status, "containerStatuses", list, f"{where}.status", []), f"{where}.status")
-    containers = _optional(spec, "containers", list, f"{where}.spec", [])
-    return PodInfo(
-        uid=_required(metadata, "uid", str, f"{where}.metadata"),
-        name=_required(metadata, "name", str, f"{where}.metadata"),
-        namespace=_optional(metadata, "namespace", str, f"{where}.metadata", ""),
-        phase=_optional(status, "phase", str, f"{where}.status", "Unknown"),
-        containers=[_container(c, f"{where}.spec.containers[{i}]", ids) for i, c in enumerate(containers)],
-    )
-
-
-def _container_ids(statuses: List[Any], where: str) -> Dict[str, Optional[str]]:
-    ids = {}
-    for i, status in enumerate(statuses):
-        here = f"{where}.containerStatuses[{i}]"
-        status = json_typed(dict, status, here)
-        ids[_required(status, "name", str, here)] = _strip_runtime(_optional(status, "containerID", str, here, None))
-    return ids
-
-
-def _container(spec: Any, where: str, ids: Mapping[str, Optional[str]]) -> ContainerInfo:
-    spec = json_typed(dict, spec, where)
-    name = _required(spec, "name", str, where)
-    resources = _optional(spec, "resources", dict, where, {})
-    limits = _optional(resources, "limits", dict, f"{where}.resources", {})
-    env = _optional(spec, "env", list, where, [])
-    return ContainerInfo(
-        name=name,
-        container_id=ids.get(name),
-        env=_env(env, f"{where}.env"),
-        gpu_limits={
-            k: str(json_typed((str, int, float), v, f"{where}.resources.limits[{k!r}]"))
-            for k, v in limits.items()
-            if k.startswith(GPU_RESOURCE_PREFIX)
-        },
-    )
-
-
-def _env(entries: List[Any], where: str) -> Dict[str, str]:
-    env = {}
-    for i, entry in enumerate(entries):
-        entry = json_typed(dict, entry, f"{where}[{i}]")
-        # `valueFrom` values are not in the spec.
-        if "valueFrom" not in entry:
-            # The API leaves out `value` when it is the empty string.
-            env[_required(entry, "name", str, f"{where}[{i}]")] = _optional(entry, "value", str, f"{where}[{i}]", "")
-    return env
-
-
-def _required(parent: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
-    if parent.get(key) is None:
-        raise ValueError(f"{where} has no `{key}`")
-    return json_typed(kind, parent[key], f"{where}.{key}")
-
-
-def _optional(parent: Mapping[str, Any], key: str, kind: Any, where: str, default: Any) -> Any:
-    value = parent.get(key)
-    return default if value is None else json_typed(kind, value, f"{where}.{key}")
-
-
-def _strip_runtime(container_id: Optional[str]) -> Optional[str]:
-    """`containerd://abc` -> `abc`; the runtime prefix is not part of the ID cgroups show."""
-    if not container_id:
-        return None
-    return container_id.split("://", 1)[-1]
 
 
 def kubelet_settings(instance: Mapping[str, Any]) -> Dict[str, Any]:

@@ -30,7 +30,7 @@ from gpu_monitoring import GpuMonitoringCheck
 from gpu_monitoring.config import InstanceConfig, parse
 from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
-from gpu_monitoring.kube.kubelet import PodInfo, parse_pod_list
+from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
 from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
 from gpu_monitoring.sidecar import protocol

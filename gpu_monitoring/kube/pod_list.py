@@ -1,0 +1,112 @@
+"""What the kubelet's `/pods` says about this node's pods and containers, validated where it enters:
+a field of the wrong type is a ValueError naming it, never a failure far from here."""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..snapshot import json_typed
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    name: str
+    container_id: Optional[str]
+    env: Dict[str, str] = field(default_factory=dict)
+    gpu_limits: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    uid: str
+    name: str
+    namespace: str
+    phase: str
+    containers: List[ContainerInfo] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded or Failed: its devices are free again even if pod-resources still lists them."""
+        return self.phase in TERMINAL_PHASES
+
+
+
+def parse_pod_list(payload: Any) -> List[PodInfo]:
+    """PodInfo for every pod in a `/pods` answer; ValueError, naming the first wrong field, when it is
+    not a pod list (a field of the wrong type included: it would fail far from here otherwise)."""
+    items = _required(json_typed(dict, payload, "the answer"), "items", list, "the answer")
+    return [_pod(item, f"items[{i}]") for i, item in enumerate(items)]
+
+
+def _pod(item: Any, where: str) -> PodInfo:
+    item = json_typed(dict, item, where)
+    metadata = _required(item, "metadata", dict, where)
+    spec = _optional(item, "spec", dict, where, {})
+    status = _optional(item, "status", dict, where, {})
+    ids = _container_ids(_optional(status, "containerStatuses", list, f"{where}.status", []), f"{where}.status")
+    containers = _optional(spec, "containers", list, f"{where}.spec", [])
+    return PodInfo(
+        uid=_required(metadata, "uid", str, f"{where}.metadata"),
+        name=_required(metadata, "name", str, f"{where}.metadata"),
+        namespace=_optional(metadata, "namespace", str, f"{where}.metadata", ""),
+        phase=_optional(status, "phase", str, f"{where}.status", "Unknown"),
+        containers=[_container(c, f"{where}.spec.containers[{i}]", ids) for i, c in enumerate(containers)],
+    )
+
+
+def _container_ids(statuses: List[Any], where: str) -> Dict[str, Optional[str]]:
+    ids = {}
+    for i, status in enumerate(statuses):
+        here = f"{where}.containerStatuses[{i}]"
+        status = json_typed(dict, status, here)
+        ids[_required(status, "name", str, here)] = _strip_runtime(_optional(status, "containerID", str, here, None))
+    return ids
+
+
+def _container(spec: Any, where: str, ids: Mapping[str, Optional[str]]) -> ContainerInfo:
+    spec = json_typed(dict, spec, where)
+    name = _required(spec, "name", str, where)
+    resources = _optional(spec, "resources", dict, where, {})
+    limits = _optional(resources, "limits", dict, f"{where}.resources", {})
+    env = _optional(spec, "env", list, where, [])
+    return ContainerInfo(
+        name=name,
+        container_id=ids.get(name),
+        env=_env(env, f"{where}.env"),
+        gpu_limits={
+            k: str(json_typed((str, int, float), v, f"{where}.resources.limits[{k!r}]"))
+            for k, v in limits.items()
+            if k.startswith(GPU_RESOURCE_PREFIX)
+        },
+    )
+
+
+def _env(entries: List[Any], where: str) -> Dict[str, str]:
+    env = {}
+    for i, entry in enumerate(entries):
+        entry = json_typed(dict, entry, f"{where}[{i}]")
+        # `valueFrom` values are not in the spec.
+        if "valueFrom" not in entry:
+            # The API leaves out `value` when it is the empty string.
+            env[_required(entry, "name", str, f"{where}[{i}]")] = _optional(entry, "value", str, f"{where}[{i}]", "")
+    return env
+
+
+def _required(parent: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
+    if parent.get(key) is None:
+        raise ValueError(f"{where} has no `{key}`")
+    return json_typed(kind, parent[key], f"{where}.{key}")
+
+
+def _optional(parent: Mapping[str, Any], key: str, kind: Any, where: str, default: Any) -> Any:
+    value = parent.get(key)
+    return default if value is None else json_typed(kind, value, f"{where}.{key}")
+
+
+def _strip_runtime(container_id: Optional[str]) -> Optional[str]:
+    """`containerd://abc` -> `abc`; the runtime prefix is not part of the ID cgroups show."""
+    if not container_id:
+        return None
+    return container_id.split("://", 1)[-1]
