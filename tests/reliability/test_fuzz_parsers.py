@@ -1,29 +1,17 @@
-"""Property-based fuzzing of every parser of input from outside (issue 10, Deliver 3).
+"""Property-based fuzzing of every parser of input from outside the sidecar: configuration, cgroup
+lines, device IDs, the kubelet's pod list and pod-resources messages. Each gets arbitrary input and
+mutated good input; the only way out is a result or the error the parser documents, and good input
+reads back as it was written. Budget and strategies: fuzz_support.py."""
 
-Each parser gets arbitrary input and mutated good input; the only way out is a result or the error
-the parser documents (ConfigurationError, ValueError, PodResourcesError, SidecarUnavailable, an HTTP
-status), and good input reads back as it was written.
-
-Budget: the whole module runs in about 30 s on 2 cores, the sidecar's start included. Every fuzzer
-is `derandomize=True`, so a CI failure reproduces as it is; the example counts are the `*_EXAMPLES`
-constants below (300 for a pure parser, 150 for one that builds a check or talks over a socket,
-100 requests to a real sidecar). Raise them locally to fuzz harder, e.g. `FUZZ_SCALE=20 pytest ...`.
-"""
-
-import copy
 import json
 import math
-import os
 import re
-import socket
 import string
-import threading
 from pathlib import Path
 
-import pytest
 import yaml
 from datadog_checks.base import ConfigurationError
-from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gpu_monitoring import GpuMonitoringCheck
@@ -33,69 +21,16 @@ from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
 from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
-from gpu_monitoring.sidecar import protocol
-from gpu_monitoring.sidecar.client import EventsPage, SidecarClient, SidecarUnavailable, _events_page
-from gpu_monitoring.snapshot import Advertised, Allocation, Event, SlurmJob, Snapshot
-from tests.sidecar_support import SidecarProcess
+from gpu_monitoring.snapshot import Advertised, Allocation, SlurmJob
 
-SCALE = max(1, int(os.environ.get("FUZZ_SCALE", "1")))
-PARSER_EXAMPLES = 300 * SCALE
-CHECK_EXAMPLES = 150 * SCALE
-CLIENT_EXAMPLES = 150 * SCALE
-SIDECAR_EXAMPLES = 100 * SCALE
-
-
-def fuzz(examples: int):
-    # Fixtures here are module-scoped and hold nothing an example changes, so reusing them is sound.
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large])
-
-
-# --- JSON-ish values ------------------------------------------------------------------------
-
-# Lone surrogates are what json.loads makes of "\ud800": text from outside may hold them.
-TEXT = st.text(st.characters(categories=None, codec=None), max_size=24)
-SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2**70), max_value=2**70)
-           | st.floats() | st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308, 10**400]) | TEXT)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
-                    max_leaves=16)
-
-
-def _locations(value, path=()):
-    """Every place in a JSON document: the root, each key's value, each item."""
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _locations(item, path + (key,))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _locations(item, path + (index,))
-
-
-def mutated(data, document):
-    """`document` with one to three places replaced by arbitrary JSON, removed, or wrapped in a list."""
-    document = copy.deepcopy(document)
-    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
-        path = data.draw(st.sampled_from(sorted(_locations(document), key=repr)), label="where")
-        how = data.draw(st.sampled_from(["replace", "delete", "wrap", "stringify"]), label="how")
-        if not path:
-            document = data.draw(JSON, label="root") if how == "replace" else [document]
-            continue
-        parent = document
-        for step in path[:-1]:
-            parent = parent[step]
-        last = path[-1]
-        if how == "delete":
-            del parent[last]
-        elif how == "wrap":
-            parent[last] = [parent[last]]
-        elif how == "stringify":
-            parent[last] = json.dumps(parent[last])
-        else:
-            parent[last] = data.draw(JSON, label="value")
-    return document
-
+from .fuzz_support import (
+    CHECK_EXAMPLES,
+    JSON,
+    PARSER_EXAMPLES,
+    TEXT,
+    fuzz,
+    mutated,
+)
 
 # --- configuration --------------------------------------------------------------------------
 
@@ -490,259 +425,3 @@ def test_the_hand_encoding_is_the_kubelet_s():
     assert ours == response.SerializeToString()
 
 
-# --- sidecar snapshot and events ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def good_snapshot():
-    """A real NodeCollector's snapshot of the simulated DGX H100, with events and allocations added."""
-    from gpu_monitoring.collectors.node import NodeCollector
-    from gpu_monitoring.nvml.session import NvmlSession
-    from gpu_monitoring.simulator import SimulatedNvml, load
-
-    collector = NodeCollector(NvmlSession(SimulatedNvml(load("dgx-h100")).library), proc_root=None,
-                              watch_events=False)
-    try:
-        taken = collector.collect().to_dict()
-    finally:
-        collector.close()
-    uuid = taken["devices"][0]["uuid"]
-    taken["events"] = [{"device_uuid": uuid, "kind": "xid", "code": 79, "timestamp": 1.5,
-                        "gpu_instance_id": None, "compute_instance_id": None},
-                       {"device_uuid": None, "kind": "type_0x10", "code": 0, "timestamp": 2,
-                        "gpu_instance_id": 1, "compute_instance_id": 0}]
-    taken["allocations"] = {"source": "pod_resources", "error": None,
-                            "items": [{"namespace": "ml", "pod": "train", "container": "main",
-                                       "resource_name": "nvidia.com/gpu", "device_id": uuid}],
-                            "advertised": [{"resource_name": "nvidia.com/gpu", "device_id": uuid}],
-                            "advertised_error": None}
-    return json.loads(json.dumps(taken))
-
-
-def _load_snapshot(document):
-    try:
-        loaded = Snapshot.from_dict(document)
-    except ValueError as error:
-        assert str(error)
-        event("refused")
-        return None
-    event("loaded")
-    assert isinstance(loaded, Snapshot)
-    return loaded
-
-
-def test_a_good_snapshot_reads_back_as_it_was_written(good_snapshot):
-    assert len(good_snapshot["devices"]) == 8 and good_snapshot["events"] and good_snapshot["allocations"]["items"]
-    assert Snapshot.from_dict(good_snapshot).to_dict() == good_snapshot
-
-
-@fuzz(PARSER_EXAMPLES)
-@given(JSON | st.builds(lambda extra: dict(extra, version=1), st.dictionaries(TEXT, JSON, max_size=4)))
-def test_a_snapshot_of_anything_loads_or_raises_value_error(document):
-    _load_snapshot(document)
-
-
-@fuzz(PARSER_EXAMPLES)
-@given(data=st.data())
-def test_a_damaged_snapshot_loads_or_raises_value_error(good_snapshot, data):
-    loaded = _load_snapshot(mutated(data, good_snapshot))
-    if loaded is not None:
-        # What loads must be what a check can use: it writes back out as JSON without loss of type.
-        assert Snapshot.from_dict(json.loads(json.dumps(loaded.to_dict()))).to_dict() == loaded.to_dict()
-
-
-GOOD_PAGE = {"api_version": 1, "events": [
-    {"seq": 7, "device_uuid": "GPU-1", "kind": "xid", "code": 48, "timestamp": 10.0},
-    {"seq": 8, "device_uuid": None, "kind": "ecc_dbe", "code": 0, "timestamp": 11, "gpu_instance_id": 2}],
-    "last_seq": 8, "first_seq": 1, "lost": False, "epoch": "e"}
-
-
-def _read_page(body):
-    try:
-        page = _events_page(body, 0)
-    except ValueError as error:
-        assert str(error)
-        return None
-    assert isinstance(page, EventsPage) and all(isinstance(e, Event) for e in page.events)
-    return page
-
-
-def test_a_good_events_page_reads_whole():
-    page = _events_page(GOOD_PAGE, 0)
-    assert (page.last_seq, page.journal_last_seq, page.lost) == (8, 8, False)
-    assert [(e.kind, e.code, e.gpu_instance_id) for e in page.events] == [("xid", 48, None), ("ecc_dbe", 0, 2)]
-
-
-@fuzz(PARSER_EXAMPLES)
-@given(JSON.filter(lambda v: isinstance(v, dict)) | st.builds(lambda events: dict(GOOD_PAGE, events=events), JSON))
-def test_an_events_page_of_anything_reads_or_raises_value_error(body):
-    _read_page(body)
-
-
-@fuzz(PARSER_EXAMPLES)
-@given(st.data())
-def test_a_damaged_events_page_reads_or_raises_value_error(data):
-    body = mutated(data, GOOD_PAGE)
-    assume(isinstance(body, dict))  # the client takes only an object this far
-    _read_page(body)
-
-
-# --- the check's client, answered by anything -----------------------------------------------
-
-
-class _AnsweringServer:
-    """A unix socket that answers each connection with the bytes set for it, then hangs up."""
-
-    def __init__(self, path):
-        self.path = path
-        self.answer = b""
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(8)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            with connection:
-                connection.settimeout(2)
-                try:
-                    connection.recv(65536)
-                    connection.sendall(self.answer)
-                    connection.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-
-    def close(self):
-        self.listener.close()
-
-
-@pytest.fixture(scope="module")
-def answering(tmp_path_factory):
-    server = _AnsweringServer(str(tmp_path_factory.mktemp("answers") / "s.sock"))
-    yield server
-    server.close()
-
-
-def _http(status, body):
-    return b"HTTP/1.0 %d X\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body
-
-
-ANSWERS = st.one_of(
-    st.binary(max_size=200),
-    st.builds(_http, st.sampled_from([200, 200, 404, 500, 503]), st.builds(
-        lambda v: json.dumps(v).encode(), JSON | st.builds(lambda s: {"api_version": 1, "snapshot": s}, JSON))),
-    st.builds(lambda head, body: head + b"\r\n\r\n" + body,
-              st.sampled_from([b"HTTP/1.0 200 OK", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999",
-                               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked",
-                               b"HTTP/1.0 200 OK\r\nContent-Length: -1", b"HTTP/1.0 999 ?",
-                               b"HTTP/1.0 200 OK\r\nContent-Length: 3"]),
-              st.binary(max_size=40)),
-)
-
-
-@fuzz(CLIENT_EXAMPLES)
-@given(data=st.data(), snapshot=st.booleans(), damage=st.booleans())
-def test_the_sidecar_client_reads_any_answer_or_raises_unavailable(answering, good_snapshot, data, snapshot, damage):
-    good = {"api_version": 1, "snapshot": good_snapshot} if snapshot else GOOD_PAGE
-    # Half the answers are a good document, damaged or not, so that the client's checks past HTTP are reached.
-    document = mutated(data, good) if damage else good
-    answer = data.draw(st.just(_http(200, json.dumps(document).encode())) | ANSWERS, label="answer")
-    answering.answer = answer
-    client = SidecarClient(answering.path, timeout=2)
-    try:
-        result = client.snapshot() if snapshot else client.events(0)
-    except SidecarUnavailable as error:
-        assert str(error)
-        event("unavailable")
-        return
-    event("read")
-    assert isinstance(result, Snapshot if snapshot else EventsPage)
-
-
-# --- HTTP requests to the sidecar -----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sidecar(tmp_path_factory):
-    running = SidecarProcess(tmp_path_factory.mktemp("fuzz-sidecar"), "dgx-h100").start()
-    yield running
-    running.stop()
-
-
-TARGETS = st.sampled_from([
-    "/healthz", "/v1/snapshot", "/v1/events", "/v1/events?after=0&limit=1", "/v1/events?after=-1",
-    "/v1/events?limit=100000", "/v1/events?after=1&after=2", "/v1/events?after=%ff", "/v1/events?x=1",
-    "/healthz?x", "*", "", "//healthz", "http://[", "http://host/healthz", "/%00", "/\x7f", "/" + "a" * 300,
-]) | st.text(string.printable, max_size=30)
-METHODS = st.sampled_from(["GET", "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "BREW", "get", ""])
-VERSIONS = st.sampled_from(["HTTP/1.0", "HTTP/1.1", "HTTP/1.1", "", "HTTP/0.9", "HTTP/2.0", "HTTP/9.9",
-                            "HTTP/1.0.0", "HTTP/x", "FTP/1.0"])
-HEADERS = st.lists(st.tuples(st.sampled_from(["Host", "Content-Length", "Connection", "Expect", "X", ""]),
-                             st.sampled_from(["", "0", "5", "-1", "keep-alive", "close", "100-continue", "\x00"])),
-                   max_size=4)
-
-
-@st.composite
-def http_request(draw):
-    line = " ".join(part for part in (draw(METHODS), draw(TARGETS), draw(VERSIONS)) if part)
-    newline = draw(st.sampled_from(["\r\n", "\n"]))
-    head = newline.join([line, *(f"{name}: {value}" for name, value in draw(HEADERS))]) + newline * 2
-    return head.encode("latin-1", "replace") + draw(st.binary(max_size=16))
-
-
-# A malformed request is the client's fault (4xx); 501 and 505 are HTTP's own answers to a method
-# or version the server does not implement. 500 would be a bug, and any other status a surprise.
-HANDLED = re.compile(rb"HTTP/1\.[01] (2\d\d|4\d\d|501|505) ")
-
-
-def _ask(path, request):
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.settimeout(8)  # past the server's 5 s read deadline, well short of the module's budget
-    answer = b""
-    try:
-        connection.connect(path)
-        try:
-            connection.sendall(request)
-            # The request ends where the client stops sending, as a real client that hangs up does.
-            connection.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server may refuse an oversized request before it is all sent; its answer still counts
-        while True:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return answer
-            answer += chunk
-    except ConnectionResetError:
-        return answer
-    finally:
-        connection.close()
-
-
-@fuzz(SIDECAR_EXAMPLES)
-@given(st.binary(max_size=300) | http_request())
-# What this fuzzer found: a request line without a version was answered with no status line, and a
-# target urlsplit cannot read ended in a traceback and a dropped connection.
-@example(b"GET\t\x00")
-@example(b"GET /healthz\r\n\r\n")
-@example(b"GET http://[ HTTP/1.0\r\n\r\n")
-def test_the_sidecar_answers_any_request_with_a_status_or_hangs_up(sidecar, request):
-    logged = len(sidecar.log_text())
-    answer = _ask(sidecar.socket, request)
-    assert not answer or HANDLED.match(answer), (request, answer[:300])
-    event(f"HTTP {answer[9:12].decode()}" if answer else "hung up")
-    # The server logs a failed answer before it hangs up, so the log already holds it here; only this
-    # request's lines count, so that shrinking lands on the request that wrote them.
-    assert "Traceback" not in sidecar.log_text()[logged:]
-
-
-def test_the_sidecar_is_healthy_and_quiet_after_fuzzing(sidecar):
-    # Runs after the fuzzer in file order; alone, it checks a fresh sidecar, which is harmless.
-    assert sidecar.client().get(protocol.HEALTH_PATH)["status"] == "ok"
-    assert sidecar.process.poll() is None
-    log = sidecar.log_text()
-    assert "Traceback" not in log and "could not answer" not in log, log[-3000:]
