@@ -7,6 +7,7 @@ error there rather than a TypeError deep in attribution or submission.
 """
 
 import dataclasses
+import functools
 import json
 import re
 import typing
@@ -179,13 +180,19 @@ class Snapshot:
 T = typing.TypeVar("T")
 
 
+@functools.cache
+def _hints(cls: type) -> Dict[str, Any]:
+    # Resolving hints evaluates their strings: once per class, not once per object of every snapshot.
+    return typing.get_type_hints(cls)
+
+
 def load(cls: typing.Type[T], raw: Any, where: str) -> T:
     """The dataclass `cls` from a JSON object, each field checked against its type hint (and pattern);
     ValueError naming the first wrong field. A field `cls` has a default for may be absent (it came
     after the sender's version); a key `cls` does not know is ignored (it came after ours)."""
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is {_json_type(raw)}, not an object")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in raw:
