@@ -36,8 +36,13 @@ class Deadline:
         """Seconds left, never 0: once none are left it raises ReadLimitExceeded (timeout)."""
         left = self._end - time.monotonic()
         if left <= 0:
-            raise ReadLimitExceeded(f"no complete answer within {self.seconds:g}s", "timeout")
+            raise self.passed()
         return left
+
+    def passed(self) -> ReadLimitExceeded:
+        """The error for a request this deadline ended, in the same words whichever bound noticed
+        first (a socket timeout, a watchdog, this deadline), so a lasting fault is logged once."""
+        return ReadLimitExceeded(f"no complete answer within {self.seconds:g}s", "timeout")
 
 
 def read_bounded(

@@ -6,7 +6,8 @@ kubelet refuses the one it holds, and asks at most once per TTL however often it
 
 The token goes to the kubelet's URL and nowhere else: redirects are refused, and no message the
 client makes (its own, a library's, or text the kubelet sent) carries the token. Each request has
-one deadline for the whole answer and reads at most MAX_BODY_BYTES of it.
+one deadline for the whole exchange, from connecting to the answer's last byte, and reads at most
+MAX_BODY_BYTES of the answer.
 """
 
 import json
@@ -25,6 +26,7 @@ from datadog_checks.base.utils.http import RequestsWrapper
 
 from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
 from ..options import boolean, number, text
+from .deadline_watch import DeadlineWatch, watch_sessions
 from .pod_list import PodInfo, parse_pod_list
 
 try:
@@ -153,16 +155,26 @@ class KubeletClient:
             raise KubeletError(CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
 
     def _get(self, deadline: Deadline) -> Tuple[int, bytes]:
-        """The status and body of one request, all of it within `deadline`."""
+        """The status and body of one request, all of it within `deadline`: socket timeouts bound
+        each wait, read_bounded the body, and the watch the handshake and headers as well."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         self.requests += 1
         try:
             left = deadline.remaining()
-            response = self._http.get(self.url, extra_headers=headers, stream=True, timeout=(left, left))
-            try:
-                return response.status_code, self._body(response, deadline)
-            finally:
-                response.close()
+            watch_sessions(self._http.session)
+            with DeadlineWatch(left) as watch:
+                try:
+                    response = self._http.get(
+                        self.url, extra_headers=headers, stream=True, timeout=(left, left), persist=True
+                    )
+                    try:
+                        return response.status_code, self._body(response, deadline)
+                    finally:
+                        response.close()
+                except Exception:
+                    if watch.expired:
+                        raise deadline.passed() from None
+                    raise
         except ReadLimitExceeded as e:
             raise self._limit_error(e) from None
         except requests.exceptions.SSLError as e:
@@ -170,7 +182,7 @@ class KubeletClient:
         except requests.exceptions.Timeout:
             # The library's text quotes the time left of the deadline, different every run: the
             # reason must read the same while the fault lasts, or it is logged again every run.
-            raise self._limit_error(ReadLimitExceeded(f"no answer within {deadline.seconds:g}s", "timeout")) from None
+            raise self._limit_error(deadline.passed()) from None
         except requests.exceptions.ConnectionError as e:
             raise KubeletError(
                 WARNING,
@@ -193,7 +205,7 @@ class KubeletClient:
                 lambda size: response.raw.read1(size, decode_content=True), deadline, MAX_BODY_BYTES, set_timeout
             )
         except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
-            raise ReadLimitExceeded(f"no complete answer within {deadline.seconds:g}s", "timeout") from None
+            raise deadline.passed() from None
 
     def _limit_error(self, error: ReadLimitExceeded) -> KubeletError:
         if error.reason == "too_large":

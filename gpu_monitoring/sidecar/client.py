@@ -105,7 +105,7 @@ class SidecarClient:
             raise SidecarUnavailable(f"no sidecar socket at {self.socket_path}: is the sidecar running on this node "
                                      "and its socket directory mounted into the Agent?") from e
         except (ReadLimitExceeded, TimeoutError) as e:
-            reason = e if isinstance(e, ReadLimitExceeded) else f"no complete answer within {deadline.seconds:g}s"
+            reason = e if isinstance(e, ReadLimitExceeded) else deadline.passed()
             raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} wrongly: {reason}") from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             raise SidecarUnavailable(f"cannot talk to the sidecar at {self.socket_path}: {e!r}") from e

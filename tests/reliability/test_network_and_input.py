@@ -7,6 +7,7 @@ The misbehaving peers are real servers on 127.0.0.1 or a unix socket in tmp_path
 import copy
 import json
 import logging
+import socket
 import socketserver
 import threading
 import time
@@ -117,6 +118,17 @@ def trickle(handler: BaseHTTPRequestHandler) -> None:
         time.sleep(0.05)
 
 
+def trickle_headers(handler: BaseHTTPRequestHandler) -> None:
+    """A status line, then a header that never ends, one byte every 20 ms."""
+    stop = time.monotonic() + TRICKLE_SECONDS
+    for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 10000:
+        if time.monotonic() > stop:
+            return
+        handler.wfile.write(bytes([byte]))
+        handler.wfile.flush()
+        time.sleep(0.02)
+
+
 def endless(handler: BaseHTTPRequestHandler) -> None:
     """A JSON array without a length that goes on past the kubelet client's bound (HTTP/1.0: the
     body ends when the connection does)."""
@@ -153,10 +165,55 @@ def everything_said(error: BaseException) -> str:
 # --- class 1: a total deadline and a size bound (kubelet) ------------------------------------
 
 
-def test_a_kubelet_that_trickles_its_body_is_cut_off_at_the_deadline(token_file):
-    with Peer(trickle) as peer:
+@pytest.mark.parametrize("answer", [trickle, trickle_headers], ids=["body", "headers"])
+def test_a_kubelet_that_trickles_its_answer_is_cut_off_at_the_deadline(token_file, answer):
+    with Peer(answer) as peer:
         started = time.monotonic()
         error = kubelet_failure(kubelet_client(peer, token_file, timeout=DEADLINE))
+        elapsed = time.monotonic() - started
+    assert elapsed < DEADLINE + SLACK, elapsed
+    assert error.status == WARNING and "did not answer in time" in str(error), error
+
+
+def test_a_kubelet_that_trickles_its_tls_handshake_is_cut_off_at_the_deadline(token_file):
+    """The server's first TLS record announces 16 KiB and then comes one byte every 20 ms (Python
+    bounds a handshake by the socket's timeout as a whole; this keeps that promise tested)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(b"\x16\x03\x03\x40\x00")
+            while not stop.wait(0.02):
+                try:
+                    connection.sendall(b"\x00")
+                except OSError:
+                    return
+
+    threading.Thread(target=serve, daemon=True).start()
+    kube = KubeletClient(f"https://127.0.0.1:{listener.getsockname()[1]}/pods", token_file, None,
+                         tls_verify=False, ttl=0, timeout=DEADLINE)
+    try:
+        started = time.monotonic()
+        error = kubelet_failure(kube)
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+    assert elapsed < DEADLINE + SLACK, elapsed
+    assert error.status == WARNING and "did not answer in time" in str(error), error
+
+
+def test_a_kept_alive_connection_is_watched_on_its_next_request(token_file):
+    """The first answer is good and keeps the connection open; the second trickles its headers."""
+    answers = iter([json_answer(pod_list([POD])), trickle_headers])
+    with Peer(lambda handler: next(answers)(handler)) as peer:
+        peer.server.RequestHandlerClass.protocol_version = "HTTP/1.1"
+        kube = kubelet_client(peer, token_file, timeout=DEADLINE)
+        assert [pod.name for pod in kube.pods()] == ["trainer-0"]
+        started = time.monotonic()
+        error = kubelet_failure(kube)
         elapsed = time.monotonic() - started
     assert elapsed < DEADLINE + SLACK, elapsed
     assert error.status == WARNING and "did not answer in time" in str(error), error
@@ -355,16 +412,7 @@ def test_a_sidecar_that_trickles_its_answer_is_cut_off_at_the_deadline(tmp_path)
 
 
 def test_a_sidecar_that_trickles_its_headers_is_cut_off_at_the_deadline(tmp_path):
-    def headers_byte_by_byte(handler):
-        stop = time.monotonic() + TRICKLE_SECONDS
-        for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 10000:
-            if time.monotonic() > stop:
-                return
-            handler.wfile.write(bytes([byte]))
-            handler.wfile.flush()
-            time.sleep(0.02)
-
-    with fake_sidecar(tmp_path, headers_byte_by_byte) as fake:
+    with fake_sidecar(tmp_path, trickle_headers) as fake:
         started = time.monotonic()
         sidecar_failure(SidecarClient(fake.path, timeout=DEADLINE).snapshot)
         assert time.monotonic() - started < DEADLINE + SLACK
