@@ -163,8 +163,9 @@ def test_process_metrics_carry_pid_name_and_pod(dgx):
 
 def test_process_name_is_read_from_the_proc_root(node):
     dgx = node("dgx-h100")
-    # NVML names no process: the name is the process's comm in the proc root.
-    (Path(dgx.check.options.proc_root) / "52310" / "comm").write_text("vllm-renamed\n")
+    # NVML names no process: the name is the one its `stat` gives now (a process may rename itself).
+    stat = Path(dgx.check.options.proc_root) / "52310" / "stat"
+    stat.write_text(stat.read_text().replace("(vllm-engine)", "(vllm-renamed)"))
     dgx.run()
     stub = processes(dgx, "process.memory.used")[52310]
     assert tag_dict(stub.tags)["process_name"] == "vllm-renamed"

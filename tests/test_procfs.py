@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_monitoring.kube.procfs import ProcessOwner, fault_of, parse_cgroup, process_name, process_owner
+from gpu_monitoring.kube.procfs import ProcessOwner, ProcessStat, fault_of, parse_cgroup, process_owner, process_stat
 from gpu_monitoring.simulator.proc_root import build_proc_root, cgroup_text
 
 CID = "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
@@ -127,7 +127,7 @@ def test_vanished_process_is_none_and_quiet(tmp_path, caplog):
     proc_root = build_proc_root(tmp_path, [{"pid": 100, "name": "python3"}])
     with caplog.at_level(logging.DEBUG):
         assert process_owner(str(proc_root), 4242) is None
-        assert process_name(str(proc_root), 4242) is None
+        assert process_stat(str(proc_root), 4242) is None
     assert caplog.records == []
 
 
@@ -135,7 +135,7 @@ def test_missing_proc_root_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         process_owner(str(tmp_path / "host" / "proc"), 100)
     with pytest.raises(FileNotFoundError):
-        process_name(str(tmp_path / "host" / "proc"), 100)
+        process_stat(str(tmp_path / "host" / "proc"), 100)
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads files whatever their mode")
@@ -146,17 +146,17 @@ def test_unreadable_cgroup_is_an_error(tmp_path):
         process_owner(str(proc_root), 100)
 
 
-def test_comm_is_read_without_its_newline(tmp_path):
-    process = {"pid": 31337, "name": "pt_main_thread", "container_id": CID, "pod_uid": POD}
+def test_name_and_start_time_come_from_one_read_of_stat(tmp_path):
+    process = {"pid": 31337, "name": "pt_main (x) y", "container_id": CID, "pod_uid": POD, "start_time": 987654}
     proc_root = build_proc_root(tmp_path, [process])
-    assert (proc_root / "31337" / "comm").read_text() == "pt_main_thread\n"
-    assert process_name(str(proc_root), 31337) == "pt_main_thread"
+    assert process_stat(str(proc_root), 31337) == ProcessStat("pt_main (x) y", 987654)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a real /proc")
 def test_real_proc_root():
     assert isinstance(process_owner("/proc", os.getpid()), ProcessOwner)
-    assert process_name("/proc", os.getpid())
+    with open(f"/proc/{os.getpid()}/comm", encoding="utf-8") as f:
+        assert process_stat("/proc", os.getpid()).name == f.read().rstrip("\n")
 
 
 @pytest.mark.parametrize(
@@ -323,6 +323,6 @@ def test_missing_proc_root_is_one_fault_whatever_the_process(tmp_path):
     faults = set()
     for pid in (100, 200):
         with pytest.raises(FileNotFoundError) as raised:
-            process_name(missing, pid)
+            process_stat(missing, pid)
         faults.add(fault_of(missing, pid, raised.value).key)
     assert faults == {("", errno.ENOENT)}

@@ -15,7 +15,6 @@ from gpu_monitoring.kube.procfs import (
     parse_cgroup,
     process_owner,
     real_uid,
-    start_time,
 )
 from gpu_monitoring.simulator.proc_root import build_proc_root, slurm_cgroup_text
 from gpu_monitoring.snapshot import Process, SlurmJob
@@ -164,20 +163,17 @@ def test_environ_of_another_user_is_a_permission_error(tmp_path):
     assert ProcessOwners(proc_root).owner(PID).slurm == SlurmJob("3385", "0", OWN_UID)
 
 
-def test_start_time_is_field_22_even_with_a_parenthesis_in_the_name(tmp_path):
-    proc_root = write_process(tmp_path, case="v2-step", name="python (x) y", start_time=987654)
-    assert start_time(proc_root, PID) == 987654
-
-
 def test_owner_is_read_once_per_process(tmp_path):
     proc_root = write_process(tmp_path, case="v2-step", environ=JOB_ENV, start_time=1000)
     owners = ProcessOwners(proc_root)
     first = owners.owner(PID)
     # The same process (pid and start time) is not read again: a changed file goes unseen.
     write_process(tmp_path, case="v2-batch", start_time=1000)
+    owners.new_run()
     assert owners.owner(PID) == first
     # The pid reused by a new process: read again.
     write_process(tmp_path, case="v2-batch", start_time=2000)
+    owners.new_run()
     assert owners.owner(PID).slurm == SlurmJob("17", "batch", OWN_UID)
 
 
@@ -188,6 +184,7 @@ def test_without_a_start_time_the_owner_is_read_every_time(tmp_path):
     assert owners.owner(PID).slurm.job_id == "3385"
     write_process(tmp_path, case="v2-batch")
     os.remove(os.path.join(proc_root, str(PID), "stat"))
+    owners.new_run()
     assert owners.owner(PID).slurm.job_id == "17"
 
 

@@ -1,16 +1,25 @@
-"""Who owns a GPU process (container, pod, Slurm job), read from the proc root once per process.
+"""Who a GPU process is (name) and who owns it (container, pod, Slurm job), from the proc root.
 
 A process's cgroup and starting environment are set before it runs its program and stay, so
 they are read when a process is first seen, not every run. A pid alone does not name a process
-once the kernel reuses it: each run reads the process's start time to tell a new process from
-an old one, one read in place of the cgroup read it saves.
+once the kernel reuses it, so a process is known by its pid and start time: each run reads
+the process's `stat` once, which gives the start time and the current name together (a process
+may rename itself), however many GPUs list it. That one read is all a known process costs.
 """
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
-from ..kube.procfs import ProcessOwner, environment, process_owner, real_uid, start_time, with_environment
+from ..kube.procfs import (
+    ProcessOwner,
+    ProcessStat,
+    environment,
+    process_owner,
+    process_stat,
+    real_uid,
+    with_environment,
+)
 from ..snapshot import SlurmJob
 
 log = logging.getLogger(__name__)
@@ -19,22 +28,54 @@ log = logging.getLogger(__name__)
 _MAX_KNOWN = 4096
 
 
+@dataclass(frozen=True)
+class Identity:
+    """A process as one run sees it: its name (None when it exited), its owner (None when unknown)
+    and, when its owner could not be read, why (the name is still good)."""
+
+    name: Optional[str]
+    owner: Optional[ProcessOwner]
+    error: Optional[OSError] = None
+
+
 class ProcessOwners:
     def __init__(self, proc_root: str):
         self.proc_root = proc_root
         self._known: Dict[int, Tuple[int, ProcessOwner]] = {}
+        self._this_run: Dict[int, Identity] = {}
         self._environ_unreadable = False
+
+    def new_run(self) -> None:
+        """Forget what this run saw: a process is read once per run, however many GPUs list it."""
+        self._this_run = {}
+
+    def identify(self, pid: int) -> Identity:
+        """Process `pid`'s name and owner, read once per run; raises as `process_stat` does."""
+        found = self._this_run.get(pid)
+        if found is None:
+            found = self._this_run[pid] = self._identify(pid)
+        return found
 
     def owner(self, pid: int) -> Optional[ProcessOwner]:
         """The owner of process `pid`, None when it exited; raises as `process_owner` does."""
-        started = start_time(self.proc_root, pid)
+        identity = self.identify(pid)
+        if identity.error is not None:
+            raise identity.error
+        return identity.owner
+
+    def _identify(self, pid: int) -> Identity:
+        stat = process_stat(self.proc_root, pid)
+        started = stat.start_time if stat is not None else None
         known = self._known.get(pid)
         if known is not None and started is not None and known[0] == started:
-            return known[1]
-        owner = self._read(pid)
+            return Identity(stat.name, known[1])
+        try:
+            owner = self._read(pid)
+        except OSError as e:
+            return Identity(_name(stat), None, e)
         if owner is not None and started is not None:
             self._remember(pid, started, owner)
-        return owner
+        return Identity(_name(stat), owner)
 
     def _read(self, pid: int) -> Optional[ProcessOwner]:
         owner = process_owner(self.proc_root, pid)
@@ -67,3 +108,7 @@ class ProcessOwners:
             for stale in list(self._known)[: _MAX_KNOWN // 2]:
                 del self._known[stale]
         self._known[pid] = (started, owner)
+
+
+def _name(stat: Optional[ProcessStat]) -> Optional[str]:
+    return stat.name if stat is not None else None

@@ -3,7 +3,7 @@
 import logging
 from typing import Dict, Optional, Set, Tuple
 
-from ..kube.procfs import ProcFault, fault_of, process_name
+from ..kube.procfs import ProcFault, fault_of
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..snapshot import Process
@@ -46,6 +46,8 @@ class Processes(Collector):
         # Collectors hear of devices, not of runs: a device seen again means a new run began.
         if key in self._collected:
             self._faults.end_run()
+            if self._owners is not None:
+                self._owners.new_run()
             self._collected = set()
         self._collected.add(key)
 
@@ -75,8 +77,10 @@ class Processes(Collector):
             self._faults.saw(fault_of(self.proc_root, process.pid, e))
 
     def _read_owner(self, process: Process) -> None:
-        process.name = process_name(self.proc_root, process.pid)
-        owner = self._owners.owner(process.pid)
+        identity = self._owners.identify(process.pid)
+        process.name, owner = identity.name, identity.owner
+        if identity.error is not None:
+            raise identity.error
         if owner is not None:
             process.container_id, process.pod_uid, process.slurm = owner.container_id, owner.pod_uid, owner.slurm
 

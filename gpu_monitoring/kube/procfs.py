@@ -110,7 +110,7 @@ class ProcFault:
 
 
 def fault_of(proc_root: str, pid: int, error: OSError) -> ProcFault:
-    """The fault a read under the proc root raised: `process_owner` and `process_name` raise
+    """The fault a read under the proc root raised: `process_owner` and `process_stat` raise
     FileNotFoundError only for a missing proc root, other errors for a file that is unreadable
     (no permission, a directory, a symlink loop)."""
     if isinstance(error, FileNotFoundError):
@@ -130,21 +130,27 @@ def process_owner(proc_root: str, pid: int) -> Optional[ProcessOwner]:
     return None if text is None else parse_cgroup(text)
 
 
-def process_name(proc_root: str, pid: int) -> Optional[str]:
-    """The command name of process `pid` (its `comm`), or None when it exited; raises as `process_owner` does."""
-    text = _read(proc_root, pid, "comm")
-    return None if text is None else text.rstrip("\n")
+@dataclass(frozen=True)
+class ProcessStat:
+    """What a process's `stat` says of it: its command name (`comm`, which a process may change)
+    and when it started (clock ticks after boot; with the pid it names one process, as a pid alone
+    does not once the kernel reuses it). `start_time` is None when the file cannot be parsed."""
+
+    name: str
+    start_time: Optional[int]
 
 
-def start_time(proc_root: str, pid: int) -> Optional[int]:
-    """When process `pid` started (clock ticks after boot, field 22 of `stat`): with the pid, it
-    names one process, as a pid alone does not once the kernel reuses it. None when it exited."""
+def process_stat(proc_root: str, pid: int) -> Optional[ProcessStat]:
+    """Process `pid`'s name and start time from one read of its `stat`, or None when it exited;
+    raises as `process_owner` does."""
     text = _read(proc_root, pid, "stat")
     if text is None:
         return None
-    # The command name (field 2) is in parentheses and may hold spaces and ")": count after the last.
-    fields = text.rpartition(")")[2].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    # The name (field 2) is in parentheses and may hold spaces and ")": the fields follow the last.
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    started = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    return ProcessStat(head.partition("(")[2], started)
 
 
 def real_uid(proc_root: str, pid: int) -> Optional[int]:
