@@ -2,8 +2,9 @@
 
 from typing import Callable, Dict, Hashable, Iterable, Optional, Tuple
 
-from ..nvml.device import Device, FieldKey
+from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
+from ..nvml.fields import FieldKey
 
 Fields = Dict[FieldKey, float]
 
@@ -17,7 +18,7 @@ class Collector:
     name = ""
 
     def fields(self, device: Device) -> Iterable[FieldKey]:
-        """Field values this collector wants from the device's one batched call."""
+        """Readings (nvml.readings) this collector wants: one batched call, fallbacks where refused."""
         return ()
 
     def collect(self, device: Device, fields: Fields, out) -> None:

@@ -1,4 +1,8 @@
-"""One collection of a whole node: every device through every enabled collector."""
+"""One collection of a whole node: every device through every enabled collector.
+
+Field-backed values of a device come from one batched read (nvml.readings, whose docstring also
+lists the NVML calls a run makes besides it and why no field replaces them).
+"""
 
 import logging
 import time
@@ -8,6 +12,7 @@ from .. import snapshot
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
 from ..nvml.events import EventWatcher, RawEvent
+from ..nvml.readings import read
 from ..nvml.session import NvmlSession
 from . import COLLECTOR_NAMES
 from .activity import Gpm, Utilization
@@ -185,7 +190,7 @@ class NodeCollector:
             out.architecture, out.pci_bus_id, out.minor_number = (
                 device.architecture, device.pci_bus_id, device.minor_number)
             wanted = {key for collector in self.collectors for key in collector.fields(device)}
-            fields = device.field_values(wanted)
+            fields = read(device, wanted)
             for collector in self.collectors:
                 collector.collect(device, fields, out)
         except GpuLost as e:

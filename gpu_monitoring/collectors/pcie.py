@@ -5,12 +5,13 @@ from ..nvml.errors import CannotAnswer
 from .base import Collector, CounterRates, Fields, copy_fields, read
 
 BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]
+SAMPLED_KIB_PER_S = [("pcie_tx_kib_per_s", 0), ("pcie_rx_kib_per_s", 0)]
 
 
 class Pcie(Collector):
     """Throughput is the rate of NVML's PCIe byte counters between runs where the driver has
-    them (one batched read); otherwise nvmlDeviceGetPcieThroughput, which samples for 20 ms
-    per direction."""
+    them (one batched read); otherwise their fallback, nvmlDeviceGetPcieThroughput, which
+    samples for 20 ms per direction (nvml.readings)."""
 
     name = "pcie"
 
@@ -38,12 +39,8 @@ class Pcie(Collector):
             rates = self._rates.update(device.index, device.fields_timestamp_us, counters)
             if rates is not None:
                 m["pcie.throughput.tx"], m["pcie.throughput.rx"] = rates
-            return
-        try:
-            tx, rx = device.pcie_throughput_kib()
-        except CannotAnswer:
-            return
-        m["pcie.throughput.tx"], m["pcie.throughput.rx"] = tx * 1024, rx * 1024
+        elif all(key in fields for key in SAMPLED_KIB_PER_S):
+            m["pcie.throughput.tx"], m["pcie.throughput.rx"] = (fields[key] * 1024 for key in SAMPLED_KIB_PER_S)
 
     def forget(self) -> None:
         self._rates.forget()

@@ -1,7 +1,7 @@
 """Compute and MPS-client processes on a GPU or MIG instance: memory, engine use, name, owner."""
 
 import logging
-from typing import Dict, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..kube.procfs import ProcFault, fault_of
 from ..nvml.device import Device
@@ -11,6 +11,12 @@ from .base import Collector, Fields, sample_key
 from .owners import ProcessOwners
 
 log = logging.getLogger(__name__)
+
+SampleKey = Tuple[int, Optional[int]]
+# MPS clients exist only while an MPS server runs, and the server is a compute process of its own
+# (`comm` is the binary's name cut to 15 characters): the MPS query is asked only where the compute
+# list holds a process that may be it, named so or of a name that could not be read.
+MPS_SERVER = "nvidia-cuda-mps"
 
 
 class Processes(Collector):
@@ -23,26 +29,39 @@ class Processes(Collector):
 
     def __init__(self, proc_root: Optional[str] = "/proc"):
         self.proc_root = proc_root
-        self._since: Dict[Tuple[int, Optional[int]], int] = {}
+        self._since: Dict[SampleKey, int] = {}
         self._faults = ProcFaults()
-        self._collected: Set[Tuple[int, Optional[int]]] = set()
+        self._collected: Set[SampleKey] = set()
         self._owners = ProcessOwners(proc_root) if proc_root else None
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        self._count_run(sample_key(device))
+        key = sample_key(device)
+        self._count_run(key)
         try:
-            found = [Process(**p) for p in device.processes()]
+            found = [Process(**p) for p in device.compute_processes()]
         except CannotAnswer:
             return
+        for process in found:
+            self._set_owner(process)
+        if any(_may_be_mps_server(process) for process in found):
+            found += self._mps_clients(device)
         out.metrics["processes.count"] = len({p.pid for p in found})
-        usage = self._utilization(device)
+        usage = self._utilization(device, key, busy=bool(found))
         for process in found:
             if usage is not None:
                 self._set_usage(process, usage.get(process.pid, {}))
-            self._set_owner(process)
         out.processes = found
 
-    def _count_run(self, key: Tuple[int, Optional[int]]) -> None:
+    def _mps_clients(self, device: Device) -> List[Process]:
+        try:
+            clients = [Process(**p) for p in device.mps_clients()]
+        except CannotAnswer:
+            return []
+        for process in clients:
+            self._set_owner(process)
+        return clients
+
+    def _count_run(self, key: SampleKey) -> None:
         # Collectors hear of devices, not of runs: a device seen again means a new run began.
         if key in self._collected:
             self._faults.end_run()
@@ -51,9 +70,17 @@ class Processes(Collector):
             self._collected = set()
         self._collected.add(key)
 
-    def _utilization(self, device: Device) -> Optional[Dict[int, Dict[str, float]]]:
-        """Usage by pid since the last run; None where the device has no per-process sampling."""
-        key = sample_key(device)
+    def _utilization(self, device: Device, key: SampleKey, busy: bool) -> Optional[Dict[int, Dict[str, float]]]:
+        """Usage by pid since the last run; None where the device has no per-process sampling.
+
+        A device that lists no process is not asked: it has no process to tell about. Its samples
+        since the last run (a process that ended meanwhile) are skipped by moving `since` to this
+        run's field timestamp, NVML's clock like the samples', so that processes starting later
+        are measured from this run on, as on a device asked every run.
+        """
+        if not busy:
+            self._since[key] = max(self._since.get(key, 0), device.fields_timestamp_us)
+            return None
         try:
             usage, self._since[key] = device.process_utilization(self._since.get(key, 0))
         except CannotAnswer:
@@ -106,3 +133,7 @@ class ProcFaults:
         for key in set(self._active) - self._seen:
             log.info("%s no longer: process names and owners are read again", self._active.pop(key))
         self._seen = set()
+
+
+def _may_be_mps_server(process: Process) -> bool:
+    return process.name is None or process.name.startswith(MPS_SERVER)

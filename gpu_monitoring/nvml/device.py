@@ -7,17 +7,16 @@ again until the session restarts. Values come back as plain Python numbers and s
 
 import ctypes
 import logging
-from types import SimpleNamespace
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pynvml
 
+from . import fallbacks, processes, readings
 from .errors import CannotAnswer, GpuLost, NoNewSamples, NvmlUninitialized
-from .fields import FIELD_IDS, decode
+from .fields import FieldKey
+from .listing import Room
 
 log = logging.getLogger(__name__)
-
-FieldKey = Tuple[str, int]  # (field name, scope: a link number, 0 for device-wide fields)
 
 CLOCKS = {
     "sm": pynvml.NVML_CLOCK_SM,
@@ -52,13 +51,8 @@ _REFUSED_FOR_GOOD = (
     pynvml.NVMLError_FunctionNotFound,
     pynvml.NVMLError_NoPermission,
 )
-_FIELD_REFUSED = {
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_INVALID_ARGUMENT,
-    pynvml.NVML_ERROR_NO_PERMISSION,
-}
-_NO_INSTANCE = 0xFFFFFFFF
+# Bindings that stand in for pynvml's: one call for queries that fill arrays.
+_BINDINGS: Dict[str, Callable[..., Any]] = {**processes.BINDINGS, **fallbacks.BINDINGS}
 
 
 class Device:
@@ -68,8 +62,9 @@ class Device:
         self.parent = parent
         self._refused: set = set()
         self._denied: set = set()  # refused for want of permission: worth telling, unlike "not supported"
-        self._refused_fields: set = set()
+        self.refused_fields: Set[FieldKey] = set()  # not asked of the batch again (nvml.fields)
         self._static: Dict[str, Any] = {}
+        self._rooms: Dict[str, Room] = {}  # array size per query that fills one (nvml.listing)
         self.fields_timestamp_us = 0  # when NVML took the last batch of field values
         self._children: Dict[int, Device] = {}
 
@@ -84,7 +79,9 @@ class Device:
     # --- the safe call ----------------------------------------------------------------
 
     def call(self, function: str, *args: Any) -> Any:
-        key = (function, *(a for a in args if isinstance(a, (int, str))))
+        """function(handle, *args). A refusal is remembered for the function and its int and str
+        arguments (a link, a clock): other arguments (arrays, rooms, C timestamps) do not tell calls apart."""
+        key = _key(function, args)
         if key in self._refused:
             raise CannotAnswer(f"{function} is not available on {self!r}")
         try:
@@ -104,14 +101,18 @@ class Device:
     def call_first(self, *calls: Tuple) -> Any:
         """The answer of the first call (function, *args) the device serves; newer symbols first."""
         for function, *args in calls:
-            if (function, *args) in self._refused:
+            if self.refuses(function, *args):
                 continue
             try:
                 return self.call(function, *args)
             except CannotAnswer:
-                if (function, *args) not in self._refused:
+                if not self.refuses(function, *args):
                     raise
         raise CannotAnswer(f"none of {', '.join(c[0] for c in calls)} is available on {self!r}")
+
+    def refuses(self, function: str, *args: Any) -> bool:
+        """Whether NVML refused function(*args) for good on this device."""
+        return _key(function, args) in self._refused
 
     def _refuse(self, key: Tuple, error: Exception) -> None:
         self._refused.add(key)
@@ -135,29 +136,6 @@ class Device:
     def refused_functions(self) -> List[str]:
         """What NVML refused for good, as `name` or `name(args)` where arguments told the calls apart."""
         return sorted(f"{key[0]}({', '.join(map(str, key[1:]))})" if key[1:] else key[0] for key in self._refused)
-
-    # --- field values -----------------------------------------------------------------
-
-    def field_values(self, keys: Iterable[FieldKey]) -> Dict[FieldKey, float]:
-        """One nvmlDeviceGetFieldValues call for every wanted field; refused fields drop out."""
-        wanted = sorted(set(keys) - self._refused_fields)
-        if not wanted:
-            return {}
-        try:
-            entries = self.call("nvmlDeviceGetFieldValues", [(FIELD_IDS[name], scope) for name, scope in wanted])
-        except CannotAnswer:
-            return {}
-        values = {}
-        for key, entry in zip(wanted, entries):
-            if entry.nvmlReturn == pynvml.NVML_SUCCESS:
-                values[key] = decode(entry)
-                self.fields_timestamp_us = max(self.fields_timestamp_us, entry.timestamp)
-            elif entry.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLost(f"field {key[0]}: GPU is lost")
-            elif entry.nvmlReturn in _FIELD_REFUSED:
-                self._refused_fields.add(key)
-                log.debug("%r: field %s (scope %d) not available; dropped", self, *key)
-        return values
 
     # --- identity ---------------------------------------------------------------------
 
@@ -220,12 +198,6 @@ class Device:
     def fan_speed(self) -> int:
         return self.call("nvmlDeviceGetFanSpeed")
 
-    def power_usage_mw(self) -> int:
-        return self.call("nvmlDeviceGetPowerUsage")
-
-    def power_limit_mw(self) -> int:
-        return self.call("nvmlDeviceGetEnforcedPowerLimit")
-
     # --- clocks -----------------------------------------------------------------------
 
     def clock_mhz(self, kind: str) -> int:
@@ -244,12 +216,6 @@ class Device:
 
     # --- PCIe ---------------------------------------------------------------------------
 
-    def pcie_throughput_kib(self) -> Tuple[int, int]:
-        return (
-            self.call("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES),
-            self.call("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES),
-        )
-
     def pcie_link(self) -> Tuple[int, int]:
         return self.call("nvmlDeviceGetCurrPcieLinkGeneration"), self.call("nvmlDeviceGetCurrPcieLinkWidth")
 
@@ -263,7 +229,7 @@ class Device:
     @property
     def nvlink_count(self) -> int:
         def read() -> int:
-            return int(self.field_values([("nvlink_link_count", 0)]).get(("nvlink_link_count", 0), 0))
+            return int(readings.read(self, [("nvlink_link_count", 0)]).get(("nvlink_link_count", 0), 0))
 
         return self.static("nvlink_count", read)
 
@@ -298,94 +264,38 @@ class Device:
 
     # --- processes ----------------------------------------------------------------------
 
-    def processes(self) -> List[Dict[str, Any]]:
-        """Compute and MPS-client processes: pid, used_memory (bytes or None), kind, instance ids."""
-        found = [_process(p, "compute") for p in self.call_first(*_versions("nvmlDeviceGetComputeRunningProcesses"))]
-        try:
-            mps = self.call_first(*_versions("nvmlDeviceGetMPSComputeRunningProcesses"))
-            found += [_process(p, "mps") for p in mps]
-        except CannotAnswer:
-            pass
-        return found
+    def compute_processes(self) -> List[Dict[str, Any]]:
+        """Processes with a compute context (an MPS server among them): pid, used_memory (bytes or
+        None), kind, MIG instance ids."""
+        return self._listed(processes.COMPUTE, "compute")
+
+    def mps_clients(self) -> List[Dict[str, Any]]:
+        """Processes with an MPS compute context, as compute_processes() gives them."""
+        return self._listed(processes.MPS, "mps")
+
+    def _listed(self, query: str, kind: str) -> List[Dict[str, Any]]:
+        room = self._room(query)
+        found = self.call_first(*((query + suffix, room) for suffix, _ in processes.VERSIONS))
+        return [processes.process(entry, kind) for entry in found]
 
     def process_utilization(self, since_us: int) -> Tuple[Dict[int, Dict[str, float]], int]:
         """Per-process engine use from samples newer than since_us, and the newest sample's time.
 
         No new samples (NOT_FOUND) means no process ran on the GPU since then: an empty answer.
+        The timestamp goes as a C value: a refusal is remembered for the function, not one timestamp.
         """
         try:
-            samples = self.call("nvmlDeviceGetProcessUtilization", since_us)
+            samples = self.call(processes.UTILIZATION, self._room(processes.UTILIZATION), ctypes.c_ulonglong(since_us))
         except NoNewSamples:
             return {}, since_us
-        sums: Dict[int, List[int]] = {}
-        newest = since_us
-        for sample in samples:
-            newest = max(newest, sample.timeStamp)
-            total = sums.setdefault(sample.pid, [0, 0, 0, 0, 0])
-            for slot, value in enumerate((sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil, 1)):
-                total[slot] += value
-        usage = {
-            pid: {key: total[slot] / total[4] for slot, key in enumerate(("sm", "memory", "encoder", "decoder"))}
-            for pid, total in sums.items()
-        }
-        return usage, newest
+        return processes.usage_by_pid(samples, since_us)
+
+    def _room(self, query: str) -> Room:
+        return self._rooms.setdefault(query, Room())
 
 
-class ProcessInfoV1(ctypes.Structure):
-    """`nvmlProcessInfo_v1_t`, what drivers before the `_v2` queries (R450) fill in."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-
-def _versions(query: str) -> Tuple[Tuple[str], ...]:
-    return (f"{query}_v3",), (f"{query}_v2",), (query,)
-
-
-def _v1_processes(symbol: str) -> Callable[[Any], List[Any]]:
-    """pynvml's unversioned process queries call the `_v3` symbol, so an old driver's own
-    unversioned symbol is called here, with the struct it fills in."""
-
-    def query(handle: Any) -> List[Any]:
-        function = pynvml._nvmlGetFunctionPointer(symbol)
-        count = ctypes.c_uint(0)
-        status = function(handle, ctypes.byref(count), None)
-        if status == pynvml.NVML_SUCCESS:
-            return []
-        if status != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            raise pynvml.NVMLError(status)
-        # Room for processes started between the two calls.
-        count.value = count.value * 2 + 5
-        entries = (ProcessInfoV1 * count.value)()
-        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
-        return [_available(entry) for entry in entries[: count.value]]
-
-    return query
-
-
-def _available(entry: ProcessInfoV1) -> Any:
-    memory = entry.usedGpuMemory
-    # Windows' WDDM mode cannot tell a process's memory: NVML says so with all bits set.
-    unknown = memory == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-    return SimpleNamespace(pid=entry.pid, usedGpuMemory=None if unknown else memory)
-
-
-# Queries whose pynvml binding cannot reach the symbol an old driver has.
-_BINDINGS: Dict[str, Callable[..., Any]] = {
-    name: _v1_processes(name)
-    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
-}
-
-
-def _process(info: Any, kind: str) -> Dict[str, Any]:
-    gi = getattr(info, "gpuInstanceId", _NO_INSTANCE)
-    ci = getattr(info, "computeInstanceId", _NO_INSTANCE)
-    return {
-        "pid": info.pid,
-        "used_memory": info.usedGpuMemory,
-        "kind": kind,
-        "gpu_instance_id": None if gi == _NO_INSTANCE else gi,
-        "compute_instance_id": None if ci == _NO_INSTANCE else ci,
-    }
+def _key(function: str, args: Tuple) -> Tuple:
+    return (function, *(a for a in args if isinstance(a, (int, str))))
 
 
 def handle_address(handle: Any) -> Optional[int]:

@@ -1,33 +1,29 @@
-"""NVML field IDs by the names collectors use, so one batched call serves them all."""
+"""The batched nvmlDeviceGetFieldValues call: every wanted field of a device in one call.
+
+A field the driver refuses (per-entry NOT_SUPPORTED, INVALID_ARGUMENT, ...) is remembered on
+the device and never asked again until NVML restarts; `readings` then reads it another way.
+"""
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 import pynvml
 
-FIELD_IDS = {
-    "energy_mj": pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-    "memory_temperature": pynvml.NVML_FI_DEV_MEMORY_TEMP,
-    "pcie_replay": pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
-    "pcie_tx_bytes": pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-    "pcie_rx_bytes": pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-    "ecc_corrected": pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
-    "ecc_uncorrected": pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-    "remapped_correctable": pynvml.NVML_FI_DEV_REMAPPED_COR,
-    "remapped_uncorrectable": pynvml.NVML_FI_DEV_REMAPPED_UNC,
-    "remapped_pending": pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-    "remapped_failed": pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
-    "retired_single_bit": pynvml.NVML_FI_DEV_RETIRED_SBE,
-    "retired_double_bit": pynvml.NVML_FI_DEV_RETIRED_DBE,
-    "retired_pending": pynvml.NVML_FI_DEV_RETIRED_PENDING,
-    "nvlink_link_count": pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
-    "nvlink_crc_flit": pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
-    "nvlink_crc_data": pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
-    "nvlink_replay": pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
-    "nvlink_recovery": pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
-    # Per link: the scope is the link number.
-    "nvlink_state": pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
-    "nvlink_tx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-    "nvlink_rx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-}
+from .errors import CannotAnswer, GpuLost
 
+if TYPE_CHECKING:
+    from .device import Device
+
+log = logging.getLogger(__name__)
+
+FieldKey = Tuple[str, int]  # (value name, scope: a link number, 0 for device-wide values)
+
+_FIELD_REFUSED = {
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+}
 _UNION_MEMBER = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
@@ -39,6 +35,33 @@ _UNION_MEMBER = {
 }
 
 
-def decode(entry) -> float:
+def request(device: "Device", field_ids: Dict[FieldKey, int]) -> Dict[FieldKey, float]:
+    """One call for every key not refused before (key -> field ID); keys it refuses drop out."""
+    wanted = sorted(key for key in field_ids if key not in device.refused_fields)
+    if not wanted:
+        return {}
+    try:
+        entries = device.call("nvmlDeviceGetFieldValues", [(field_ids[key], key[1]) for key in wanted])
+    except CannotAnswer:
+        return {}
+    values = {}
+    for key, entry in zip(wanted, entries):
+        if entry.nvmlReturn == pynvml.NVML_SUCCESS:
+            values[key] = decode(entry)
+            device.fields_timestamp_us = max(device.fields_timestamp_us, entry.timestamp)
+        elif entry.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise GpuLost(f"field {key[0]}: GPU is lost")
+        elif entry.nvmlReturn in _FIELD_REFUSED:
+            device.refused_fields.add(key)
+            log.debug("%r: field %s (scope %d) not available; not asked again", device, *key)
+    return values
+
+
+def refused(device: "Device", key: FieldKey) -> bool:
+    """Whether the batch will never answer `key` on this device: the field, or the whole call, is refused."""
+    return key in device.refused_fields or device.refuses("nvmlDeviceGetFieldValues")
+
+
+def decode(entry: Any) -> float:
     """The number in an nvmlFieldValue_t, whatever member of the union holds it."""
     return getattr(entry.value, _UNION_MEMBER.get(entry.valueType, "ullVal"))

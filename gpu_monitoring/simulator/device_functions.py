@@ -9,9 +9,9 @@ import ctypes
 
 import pynvml
 
-from ..nvml.device import ProcessInfoV1
+from ..nvml.processes import ProcessInfoV1
 from .abi import nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
-from .device_model import MIB
+from .device_model import MIB, link_share
 
 OK = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -192,7 +192,14 @@ def nvmlDeviceGetEnforcedPowerLimit(sim, target, out):
 
 @nvml("hp")
 def nvmlDeviceGetTotalEnergyConsumption(sim, target, out):
-    put_ulonglong(out, int(target.device.counters(sim.now())["energy_mj"]))
+    return _counter(sim, target, out, "energy_mj", "energy", put_ulonglong)
+
+
+def _counter(sim, target, out, key, feature, put=put_uint):
+    """A counter the field values give too, where the device has the feature behind it."""
+    if feature is not None and not target.device.spec.get(feature):
+        return NOT_SUPPORTED
+    put(out, int(target.device.counters(sim.now())[key]))
     return OK
 
 
@@ -265,12 +272,67 @@ def nvmlDeviceGetMaxPcieLinkWidth(sim, target, out):
     return OK
 
 
+@nvml("hp")
+def nvmlDeviceGetPcieReplayCounter(sim, target, out):
+    return _counter(sim, target, out, "pcie_replay", None)
+
+
 @nvml("hup")
 def nvmlDeviceGetNvLinkState(sim, target, link, out):
     if link >= target.device.spec.get("nvlink_links", 0):
         return NOT_SUPPORTED
     put_uint(out, int(target.device.nvlink_active(link, sim.now())))
     return OK
+
+
+NVLINK_ERROR_COUNTERS = {
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "nvlink_replay",
+    pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "nvlink_recovery",
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "nvlink_crc_flit",
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "nvlink_crc_data",
+}
+
+
+@nvml("huup")
+def nvmlDeviceGetNvLinkErrorCounter(sim, target, link, counter, out):
+    links = target.device.spec.get("nvlink_links", 0)
+    if link >= links or counter not in NVLINK_ERROR_COUNTERS:
+        return NOT_SUPPORTED
+    total = int(target.device.counters(sim.now())[NVLINK_ERROR_COUNTERS[counter]])
+    put_ulonglong(out, link_share(total, links, link))
+    return OK
+
+
+# --- ECC and page retirement -------------------------------------------------------
+
+
+@nvml("huup")
+def nvmlDeviceGetTotalEccErrors(sim, target, error_type, counter_type, out):
+    # The simulated driver was never reloaded: the aggregate counts are the volatile ones.
+    key = "ecc_sbe" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "ecc_dbe"
+    return _counter(sim, target, out, key, "ecc", put_ulonglong)
+
+
+@nvml("hupp")
+def nvmlDeviceGetRetiredPages(sim, target, cause, count_ptr, addresses_ptr):
+    if not target.device.spec.get("page_retirement"):
+        return NOT_SUPPORTED
+    key = "retired_sbe" if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else "retired_dbe"
+    pages = int(target.device.counters(sim.now())[key])
+    capacity = ctypes.c_uint.from_address(count_ptr).value
+    put_uint(count_ptr, pages)
+    if pages and (addresses_ptr is None or capacity < pages):
+        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+    if pages:
+        addresses = (ctypes.c_ulonglong * pages).from_address(addresses_ptr)
+        for slot in range(pages):
+            addresses[slot] = 0x1000 * (slot + 1 + cause * 0x10000)
+    return OK
+
+
+@nvml("hp")
+def nvmlDeviceGetRetiredPagesPendingStatus(sim, target, out):
+    return _counter(sim, target, out, "retired_pending", "page_retirement")
 
 
 # --- row remapping -----------------------------------------------------------------

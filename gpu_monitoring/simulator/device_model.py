@@ -238,5 +238,10 @@ class SimMigInstance:
         ]
 
 
+def link_share(total: int, links: int, link: int) -> int:
+    """Link `link`'s part of a device-wide count, split so that the links' parts sum to it."""
+    return total // links + int(link < total % links)
+
+
 def _alive(process: Dict, now: float) -> bool:
     return process.get("start", 0) <= now < process.get("end", math.inf)

@@ -1,4 +1,4 @@
-"""Simulated NVML: GPU Performance Monitoring (Hopper and later) and field values.
+"""Simulated NVML: GPU Performance Monitoring (Hopper and later).
 
 A GPM sample remembers which engine set it read and when; a metrics query averages the
 engine's load curve between its two samples, as real GPM derives rates from two counter
@@ -96,76 +96,3 @@ def nvmlGpmMetricsGet(sim, out):
         metric.value = busy * shares.get(key, default)
         metric.nvmlReturn = OK
     return OK
-
-
-# --- field values ------------------------------------------------------------------
-
-FIELD_COUNTERS = {
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
-    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
-    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", "pcie_byte_counters"),
-    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
-    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("ecc_dbe", "ecc"),
-    pynvml.NVML_FI_DEV_REMAPPED_COR: ("remap_cor", "row_remapping"),
-    pynvml.NVML_FI_DEV_REMAPPED_UNC: ("remap_unc", "row_remapping"),
-    pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("remap_pending", "row_remapping"),
-    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("remap_failure", "row_remapping"),
-    pynvml.NVML_FI_DEV_RETIRED_SBE: ("retired_sbe", "page_retirement"),
-    pynvml.NVML_FI_DEV_RETIRED_DBE: ("retired_dbe", "page_retirement"),
-    pynvml.NVML_FI_DEV_RETIRED_PENDING: ("retired_pending", "page_retirement"),
-    pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: ("nvlink_link_count", "nvlink_links"),
-    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: ("nvlink_crc_flit", "nvlink_links"),
-    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: ("nvlink_crc_data", "nvlink_links"),
-    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: ("nvlink_replay", "nvlink_links"),
-    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: ("nvlink_recovery", "nvlink_links"),
-}
-PER_LINK_THROUGHPUT = {
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
-}
-
-
-@nvml("hip")
-def nvmlDeviceGetFieldValues(sim, target, count, array):
-    if count <= 0:
-        return pynvml.NVML_ERROR_INVALID_ARGUMENT
-    now = sim.now()
-    device = target.device
-    counters = device.counters(now)
-    for entry in (pynvml.c_nvmlFieldValue_t * count).from_address(array):
-        entry.timestamp = int(now * 1e6)
-        entry.latencyUsec = 0
-        value = _field(device, counters, entry.fieldId, entry.scopeId, now)
-        if value is None:
-            entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-            continue
-        entry.nvmlReturn = OK
-        if isinstance(value, float):
-            entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
-            entry.value.dVal = value
-        else:
-            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-            entry.value.ullVal = value
-    return OK
-
-
-def _field(device, counters, field_id, scope, now):
-    spec = device.spec
-    if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-        return device.memory_temperature(now) if spec.get("memory_temperature") else None
-    if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
-        return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
-    if field_id in PER_LINK_THROUGHPUT:
-        links = spec.get("nvlink_links", 0)
-        if scope >= links:
-            return None
-        return int(counters[PER_LINK_THROUGHPUT[field_id]] / links)
-    known = FIELD_COUNTERS.get(field_id)
-    if known is None:
-        return None
-    key, feature = known
-    if feature is not None and not spec.get(feature):
-        return None
-    return int(counters[key])
-

@@ -15,7 +15,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 import pynvml
 
-from . import device_functions, gpm_functions, system_functions  # noqa: F401  (register symbols)
+from . import device_functions, field_functions, gpm_functions, system_functions  # noqa: F401  (register symbols)
 from .abi import SYMBOLS, prototype
 from .clock import SimClock
 from .device_model import SimDevice, SimMigInstance
@@ -71,6 +71,9 @@ class SimulatedNvml:
         self.clock = clock or SimClock()
         self.devices = [SimDevice(spec, scenario.faults) for spec in scenario.devices]
         self.calls: Counter = Counter()
+        # (device index, field ID) -> entries asked of nvmlDeviceGetFieldValues, and those answered NOT_SUPPORTED.
+        self.field_requests: Counter = Counter()
+        self.field_refusals: Counter = Counter()
         # CPU the calling thread spent inside simulated NVML calls, so benchmarks can exclude it
         # (thread time: the simulated kubelet and gRPC servers run on threads of their own).
         self.cpu_seconds = 0.0

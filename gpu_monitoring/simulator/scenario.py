@@ -2,14 +2,17 @@
 
 A scenario names device models (static facts of a GPU product), the devices built from
 them (with their load, processes and MIG layout) and a timeline of faults. Device
-entries override their model's keys, so one model serves eight identical GPUs.
+entries override their model's keys, so one model serves eight identical GPUs. A driver may
+lack functions (`missing_functions`, symbols absent as from an old driver) and refuse field IDs
+(`refused_fields`, pynvml's NVML_FI_* names, answered NOT_SUPPORTED on every device).
 """
 
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
+import pynvml
 import yaml
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -88,6 +91,8 @@ class Scenario:
     devices: List[DeviceSpec]
     faults: List[Fault]
     extra: Dict[str, Any] = field(default_factory=dict)
+    # Field IDs the driver answers NOT_SUPPORTED for, on every device (`refused_fields`: pynvml names).
+    refused_fields: Set[int] = field(default_factory=set)
 
 
 def available() -> List[str]:
@@ -135,7 +140,7 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
     models = raw.get("models", {})
     devices = [_device(name, i, entry, models) for i, entry in enumerate(raw["devices"])]
     faults = sorted((_fault(entry) for entry in raw.get("faults", [])), key=lambda f: f.at)
-    known = {"description", "driver", "missing_functions", "models", "devices", "faults"}
+    known = {"description", "driver", "missing_functions", "refused_fields", "models", "devices", "faults"}
     return Scenario(
         name=name,
         description=raw.get("description", ""),
@@ -144,7 +149,15 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
         devices=devices,
         faults=faults,
         extra={k: v for k, v in raw.items() if k not in known},
+        refused_fields={_field_id(n) for n in raw.get("refused_fields", [])},
     )
+
+
+def _field_id(name: str) -> int:
+    value = getattr(pynvml, name, None) if str(name).startswith("NVML_FI_") else None
+    if not isinstance(value, int):
+        raise ValueError(f"refused_fields: {name!r} is not a pynvml NVML_FI_* field ID")
+    return value
 
 
 def _device(scenario: str, index: int, entry: Dict[str, Any], models: Dict[str, Any]) -> DeviceSpec:

@@ -1,0 +1,110 @@
+"""Named values of a device: one batched nvmlDeviceGetFieldValues, and where a driver refuses a
+field, the dedicated function that gives the same value.
+
+Collectors ask for (name, scope) keys: scope 0 for device values, the link number for per-link
+ones. Which source serves a key is learnt once per device and NVML session: a field refused
+(per-entry NOT_SUPPORTED and the like) leaves the batch for good and its fallback reads it
+from then on; a fallback NVML refuses is never called again (Device.call remembers). So a
+steady-state run asks each function only for what the batch could not answer.
+
+What a run still calls per GPU besides the batch, and why no field replaces it (nvml.h has no
+field for any of these; the nearest ones measure something else):
+- nvmlDeviceGetClockInfo (SM, memory, graphics, video): no clock fields.
+- nvmlDeviceGetUtilizationRates, nvmlDeviceGetDecoderUtilization (and the encoder where there is
+  one): engine utilization is sampled by the driver and has no field.
+- nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetBAR1MemoryInfo: no memory-usage fields.
+- nvmlDeviceGetTemperature: the temperature fields (TEMPERATURE_*_TLIMIT) are limits, not the reading.
+- nvmlDeviceGetPerformanceState: no field.
+- nvmlDeviceGetCurrentClocksEventReasons: the CLOCKS_EVENT_REASON_* / PERF_POLICY_* fields are
+  cumulative durations, not the current reasons mask.
+- nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's training.
+- nvmlDeviceGetMigMode: no field (IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE and IS_RESETLESS_MIG_SUPPORTED
+  are capabilities); MIG mode can change while the check runs.
+- nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields.
+- The process queries (collectors.processes): lists of processes and samples, which fields cannot carry.
+Values read once per session (max clocks, PCIe max link, temperature threshold, NVLink link
+count, GPM support) are not in this list.
+"""
+
+from typing import TYPE_CHECKING, Dict, Iterable, NamedTuple, Optional, Tuple
+
+import pynvml
+
+from . import fallbacks
+from .errors import CannotAnswer
+from .fallbacks import Reader
+from .fields import FieldKey, refused, request
+
+if TYPE_CHECKING:
+    from .device import Device
+
+
+class Reading(NamedTuple):
+    field_id: int
+    fallback: Optional[Reader] = None  # None: no function gives the value (the table says why)
+
+
+READINGS: Dict[str, Reading] = {
+    "energy_mj": Reading(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, fallbacks.energy),
+    # NVML has no dedicated memory-temperature query: nvmlDeviceGetTemperature's sensors are the
+    # GPU die's (GPU, GPU_MAX) and the MEM_MAX threshold is a limit; this field is the only reading.
+    "memory_temperature": Reading(pynvml.NVML_FI_DEV_MEMORY_TEMP),
+    # Scope 0 is NVML_POWER_SCOPE_GPU. AVERAGE, not INSTANT: it is what nvmlDeviceGetPowerUsage
+    # answers on Ampere (but GA100) and later, a 1-s average, steadier than one instant for a value
+    # read every 15 s. Older GPUs refuse AVERAGE and get nvmlDeviceGetPowerUsage, which gives their
+    # instant power as before: the metric means the same on every GPU whichever source serves it.
+    "power_mw": Reading(pynvml.NVML_FI_DEV_POWER_AVERAGE, fallbacks.power),
+    # The limit in force, whoever set it (the same as nvmlDeviceGetEnforcedPowerLimit).
+    "power_limit_mw": Reading(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, fallbacks.power_limit),
+    "pcie_replay": Reading(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, fallbacks.pcie_replay),
+    # Byte counters; the fallback is a sampled rate under other names (pcie_*_kib_per_s).
+    "pcie_tx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, fallbacks.pcie_throughput),
+    "pcie_rx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, fallbacks.pcie_throughput),
+    "ecc_corrected": Reading(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallbacks.ecc_corrected),
+    "ecc_uncorrected": Reading(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, fallbacks.ecc_uncorrected),
+    "remapped_correctable": Reading(pynvml.NVML_FI_DEV_REMAPPED_COR, fallbacks.remapped_rows),
+    "remapped_uncorrectable": Reading(pynvml.NVML_FI_DEV_REMAPPED_UNC, fallbacks.remapped_rows),
+    "remapped_pending": Reading(pynvml.NVML_FI_DEV_REMAPPED_PENDING, fallbacks.remapped_rows),
+    "remapped_failed": Reading(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, fallbacks.remapped_rows),
+    "retired_single_bit": Reading(pynvml.NVML_FI_DEV_RETIRED_SBE, fallbacks.retired_single_bit),
+    "retired_double_bit": Reading(pynvml.NVML_FI_DEV_RETIRED_DBE, fallbacks.retired_double_bit),
+    "retired_pending": Reading(pynvml.NVML_FI_DEV_RETIRED_PENDING, fallbacks.retired_pending),
+    "nvlink_link_count": Reading(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, fallbacks.nvlink_link_count),
+    "nvlink_crc_flit": Reading(pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, fallbacks.nvlink_crc_flit),
+    "nvlink_crc_data": Reading(pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, fallbacks.nvlink_crc_data),
+    "nvlink_replay": Reading(pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, fallbacks.nvlink_replay),
+    "nvlink_recovery": Reading(pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, fallbacks.nvlink_recovery),
+    # Per link: the scope is the link number.
+    "nvlink_state": Reading(pynvml.NVML_FI_DEV_NVLINK_GET_STATE, fallbacks.nvlink_state),
+    # No fallback: nvmlDeviceGetNvLinkUtilizationCounter is deprecated for these very fields (to be
+    # removed in CUDA 14), and its counters count only after nvmlDeviceSetNvLinkUtilizationControl,
+    # a root-only setting shared with every other tool on the node.
+    "nvlink_tx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+    "nvlink_rx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+}
+
+
+def read(device: "Device", keys: Iterable[FieldKey]) -> Dict[FieldKey, float]:
+    """The values of `keys` the device gives: the batch first, then fallbacks for keys it refused.
+
+    A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
+    """
+    wanted = set(keys)
+    values = request(device, {key: READINGS[key[0]].field_id for key in wanted})
+    served: Dict[Tuple[Reader, int], Dict[str, float]] = {}
+    for name, scope in sorted(wanted - set(values)):
+        reader = READINGS[name].fallback
+        if reader is None or not refused(device, (name, scope)):
+            continue
+        if (reader, scope) not in served:
+            served[(reader, scope)] = _serve(reader, device, scope)
+        for answered, value in served[(reader, scope)].items():
+            values.setdefault((answered, scope), value)
+    return values
+
+
+def _serve(reader: Reader, device: "Device", scope: int) -> Dict[str, float]:
+    try:
+        return reader(device, scope)
+    except CannotAnswer:
+        return {}

@@ -1,0 +1,108 @@
+"""Simulated NVML: field values (nvmlDeviceGetFieldValues), from the counters the functions read.
+
+Each field answers from the same SimDevice counters and gauges as its dedicated function, so
+a value read either way at one instant is the same. A scenario's `refused_fields` (pynvml
+constant names) answer NOT_SUPPORTED per entry, as a driver or configuration that lacks them.
+`sim.field_requests` and `sim.field_refusals` count each (device index, field ID) asked and
+refused, so tests can tell what the check asks for.
+"""
+
+import pynvml
+
+from .abi import nvml
+
+OK = pynvml.NVML_SUCCESS
+
+FIELD_COUNTERS = {
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", "pcie_byte_counters"),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("ecc_dbe", "ecc"),
+    pynvml.NVML_FI_DEV_REMAPPED_COR: ("remap_cor", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: ("remap_unc", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("remap_pending", "row_remapping"),
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("remap_failure", "row_remapping"),
+    pynvml.NVML_FI_DEV_RETIRED_SBE: ("retired_sbe", "page_retirement"),
+    pynvml.NVML_FI_DEV_RETIRED_DBE: ("retired_dbe", "page_retirement"),
+    pynvml.NVML_FI_DEV_RETIRED_PENDING: ("retired_pending", "page_retirement"),
+    pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: ("nvlink_link_count", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: ("nvlink_crc_flit", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: ("nvlink_crc_data", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: ("nvlink_replay", "nvlink_links"),
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: ("nvlink_recovery", "nvlink_links"),
+}
+PER_LINK_THROUGHPUT = {
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
+}
+# The power fields (185-192) came with NVML 12: older drivers do not know them.
+POWER_FIELDS_SINCE_DRIVER = 525
+
+
+@nvml("hip")
+def nvmlDeviceGetFieldValues(sim, target, count, array):
+    if count <= 0:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    now = sim.now()
+    device = target.device
+    counters = device.counters(now)
+    for entry in (pynvml.c_nvmlFieldValue_t * count).from_address(array):
+        sim.field_requests[device.index, entry.fieldId] += 1
+        entry.timestamp = int(now * 1e6)
+        entry.latencyUsec = 0
+        refused = entry.fieldId in sim.scenario.refused_fields
+        value = None if refused else _field(sim, device, counters, entry.fieldId, entry.scopeId, now)
+        if value is None:
+            entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            sim.field_refusals[device.index, entry.fieldId] += 1
+            continue
+        entry.nvmlReturn = OK
+        if isinstance(value, float):
+            entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
+            entry.value.dVal = value
+        else:
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.value.ullVal = value
+    return OK
+
+
+def _field(sim, device, counters, field_id, scope, now):
+    spec = device.spec
+    if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+        return device.memory_temperature(now) if spec.get("memory_temperature") else None
+    if field_id in (pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT):
+        return _power(sim, device, field_id, scope, now)
+    if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+        return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+    if field_id in PER_LINK_THROUGHPUT:
+        links = spec.get("nvlink_links", 0)
+        if scope >= links:
+            return None
+        return int(counters[PER_LINK_THROUGHPUT[field_id]] / links)
+    known = FIELD_COUNTERS.get(field_id)
+    if known is None:
+        return None
+    key, feature = known
+    if feature is not None and not spec.get(feature):
+        return None
+    return int(counters[key])
+
+
+def _power(sim, device, field_id, scope, now):
+    """Milliwatts, as nvmlDeviceGetPowerUsage and nvmlDeviceGetEnforcedPowerLimit answer them."""
+    if scope != pynvml.NVML_POWER_SCOPE_GPU or driver_major(sim) < POWER_FIELDS_SINCE_DRIVER:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT:
+        return device.spec["power_limit_w"] * 1000
+    # nvml.h: the 1-s average is "supported on Ampere (except GA100) or newer architectures".
+    architecture = device.spec["architecture"]
+    ga100 = any(product in device.spec["name"] for product in ("A100", "A30"))
+    if architecture in ("kepler", "maxwell", "pascal", "volta", "turing") or (architecture == "ampere" and ga100):
+        return None
+    return device.power_mw(now)
+
+
+def driver_major(sim) -> int:
+    return int(str(sim.scenario.driver["version"]).split(".")[0])

@@ -1,0 +1,148 @@
+"""How many NVML calls a steady-state run makes, and the one-call process queries behind the count."""
+
+from collections import Counter
+
+import yaml
+
+from gpu_monitoring.simulator.scenario import resolve
+
+from .attribution_support import processes
+from .conftest import tag_dict
+
+MAX_CALLS_PER_GPU = 20
+PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+                   "nvmlDeviceGetProcessUtilization")
+
+
+def dgx_variant(tmp_path, name, devices):
+    """dgx-h100 with devices changed by `devices(index, device)`, without Kubernetes."""
+    raw = yaml.safe_load(resolve("dgx-h100").read_text())
+    raw.pop("kubernetes")
+    for index, device in enumerate(raw["devices"]):
+        devices(index, device)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def pids_on(simulated, metric, gpu):
+    return {pid for pid, stub in processes(simulated, metric).items() if tag_dict(stub.tags)["gpu_index"] == str(gpu)}
+
+
+def eight_processes(index, device):
+    device["processes"] = [{"pid": 20000 + 100 * index + n, "name": "python3", "memory_mib": 4000} for n in range(8)]
+    device["load"] = dict(device["load"], utilization=70, memory_used_mib=32000)
+
+
+def steady_calls(simulated, runs=3):
+    """Calls per GPU per run over `runs` runs after a warm-up run."""
+    simulated.run()
+    simulated.sim.calls.clear()
+    simulated.run(runs)
+    gpus = len(simulated.sim.devices)
+    return Counter({function: count / runs / gpus for function, count in simulated.sim.calls.items()})
+
+
+def test_dgx_h100_calls_per_gpu_per_run(node):
+    calls = steady_calls(node("dgx-h100"))
+    assert sum(calls.values()) <= MAX_CALLS_PER_GPU, calls
+    # One batch of fields, power included; each process query once, and only where it can answer.
+    assert calls["nvmlDeviceGetFieldValues"] == 1
+    assert calls["nvmlDeviceGetPowerUsage"] == calls["nvmlDeviceGetEnforcedPowerLimit"] == 0
+    assert calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
+    assert calls["nvmlDeviceGetProcessUtilization"] == 6 / 8  # GPUs 5 and 7 list no process
+    assert calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 0  # no MPS server
+    # Nothing is asked twice of a GPU in one run, but the four clocks.
+    assert {f for f, per_gpu in calls.items() if per_gpu > 1} == {"nvmlDeviceGetClockInfo"}
+    assert calls["nvmlDeviceGetClockInfo"] == 4
+
+
+def test_eight_processes_on_every_gpu(node, tmp_path):
+    crowded = node(dgx_variant(tmp_path, "dgx-8x8", eight_processes))
+    calls = steady_calls(crowded)
+    assert sum(calls.values()) <= MAX_CALLS_PER_GPU, calls
+    assert calls["nvmlDeviceGetComputeRunningProcesses_v3"] == calls["nvmlDeviceGetProcessUtilization"] == 1
+    assert crowded.values("processes.count") == dict.fromkeys(range(8), 8)
+    assert len(processes(crowded, "process.sm_utilization")) == 64
+
+
+def test_a_process_count_that_jumps_between_runs_is_listed_whole(node, tmp_path):
+    def jump(index, device):
+        if index == 0:
+            device["processes"] += [{"pid": 30000 + n, "name": "worker", "memory_mib": 100, "start": 10}
+                                    for n in range(39)]
+
+    jumping = node(dgx_variant(tmp_path, "dgx-jump", jump)).run()
+    assert jumping.values("processes.count")[0] == 1
+    jumping.sim.calls.clear()
+    jumping.run()
+    # 40 processes outgrow the room the first run's one left: NVML says INSUFFICIENT_SIZE, and the
+    # query asks again with room for them, for the list and for the samples alike.
+    assert jumping.values("processes.count")[0] == 40
+    listed = {41021} | {30000 + n for n in range(39)}
+    assert pids_on(jumping, "process.memory.used", 0) == pids_on(jumping, "process.sm_utilization", 0) == listed
+    # Once a GPU (the process list) or a busy GPU (the samples), and once more on GPU 0.
+    assert jumping.sim.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 8 + 1
+    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == 6 + 1
+    jumping.sim.calls.clear()
+    jumping.run()
+    assert jumping.sim.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 8
+    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == 6
+    assert jumping.sim.failures == []
+
+
+def test_a_listed_process_without_samples_is_no_error(node, tmp_path):
+    def quiet(index, device):
+        if index == 5:
+            device["processes"] = [{"pid": 55555, "name": "python3", "memory_mib": 100, "sm": 0}]
+
+    simulated = node(dgx_variant(tmp_path, "dgx-quiet", quiet))
+    simulated.run()
+    simulated.sim.calls.clear()
+    simulated.run(2)
+    # GPU 5 lists a process that ran no kernel: NOT_FOUND, asked again every run, never "unsupported".
+    assert simulated.sim.calls["nvmlDeviceGetProcessUtilization"] == 2 * 7
+    assert processes(simulated, "process.sm_utilization")[55555].value == 0
+    assert "nvmlDeviceGetProcessUtilization" not in simulated.check.source.read().devices[5].unsupported
+
+
+def test_a_gpu_that_goes_idle_and_comes_back(node, tmp_path):
+    def comes_back(index, device):
+        if index == 7:
+            device["load"] = {"utilization": 40}
+            device["processes"] = [{"pid": 70001, "name": "python3", "memory_mib": 1000, "end": 20},
+                                   {"pid": 70002, "name": "python3", "memory_mib": 1000, "start": 50}]
+
+    simulated = node(dgx_variant(tmp_path, "dgx-idle", comes_back))
+    asked = []
+    for _ in range(6):  # t = 0, 15 (70001 runs), 30, 45 (nothing runs), 60, 75 (70002 runs)
+        before = simulated.sim.calls["nvmlDeviceGetProcessUtilization"]
+        simulated.run()
+        asked.append(simulated.sim.calls["nvmlDeviceGetProcessUtilization"] - before - 6)
+        used = processes(simulated, "process.sm_utilization")
+        assert (70001 in used, 70002 in used) == {0: (1, 0), 1: (1, 0), 4: (0, 1), 5: (0, 1)}.get(len(asked) - 1,
+                                                                                                 (0, 0))
+    assert asked == [1, 1, 0, 0, 1, 1]
+    assert processes(simulated, "process.sm_utilization")[70002].value > 0
+
+
+def test_mps_clients_are_listed_where_an_mps_server_runs(node):
+    t4 = node("t4-shared").run()
+    t4.sim.calls.clear()
+    t4.run(2)
+    # GPU 1 runs the MPS server; GPU 0's processes are none of it and it is not asked for clients.
+    assert t4.sim.calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 2
+    snapshot = t4.check.source.read()
+    assert {p.pid: p.kind for p in snapshot.devices[1].processes} == {3300: "compute", 3311: "mps",
+                                                                      3312: "mps", 3313: "mps"}
+    assert {p.kind for p in snapshot.devices[0].processes} == {"compute"}
+
+
+def test_mps_is_asked_where_process_names_cannot_be_read(node, tmp_path):
+    t4 = node("t4-shared", proc_root=str(tmp_path)).run()
+    t4.sim.calls.clear()
+    t4.run(2)
+    # Without names any compute process may be the MPS server: every GPU that lists one is asked.
+    assert t4.sim.calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 2 * 2
+    kinds = Counter(p.kind for p in t4.check.source.read().devices[1].processes)
+    assert kinds == {"compute": 1, "mps": 3}
