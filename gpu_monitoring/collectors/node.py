@@ -6,12 +6,13 @@ lists the NVML calls a run makes besides it and why no field replaces them).
 
 import logging
 import time
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, FrozenSet, Iterable, List, Optional
 
 from .. import snapshot
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
 from ..nvml.events import EventWatcher, RawEvent
+from ..nvml.fields import FieldKey
 from ..nvml.readings import read
 from ..nvml.session import NvmlSession
 from . import COLLECTOR_NAMES
@@ -189,8 +190,7 @@ class NodeCollector:
             out.uuid, out.name = device.uuid, device.name
             out.architecture, out.pci_bus_id, out.minor_number = (
                 device.architecture, device.pci_bus_id, device.minor_number)
-            wanted = {key for collector in self.collectors for key in collector.fields(device)}
-            fields = read(device, wanted)
+            fields = read(device, device.static("wanted_fields", lambda: self._wanted_fields(device)))
             for collector in self.collectors:
                 collector.collect(device, fields, out)
         except GpuLost as e:
@@ -199,6 +199,10 @@ class NodeCollector:
         self._remember(out)
         out.unsupported = device.refused_functions()
         return out
+
+    def _wanted_fields(self, device: Device) -> FrozenSet[FieldKey]:
+        """What the collectors want of the device's batch: the same for as long as the session lasts."""
+        return frozenset(key for collector in self.collectors for key in collector.fields(device))
 
     def _remember(self, out: snapshot.Device) -> None:
         """A lost GPU keeps the identity and MIG mode it was last seen with, across NVML restarts

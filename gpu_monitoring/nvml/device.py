@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pynvml
 
-from . import fallbacks, processes, readings
+from . import fallbacks, fields, processes, readings
 from .errors import CannotAnswer, GpuLost, NoNewSamples, NvmlUninitialized
 from .fields import FieldKey
 from .listing import Room
@@ -51,8 +51,12 @@ _REFUSED_FOR_GOOD = (
     pynvml.NVMLError_FunctionNotFound,
     pynvml.NVMLError_NoPermission,
 )
-# Bindings that stand in for pynvml's: one call for queries that fill arrays.
-_BINDINGS: Dict[str, Callable[..., Any]] = {**processes.BINDINGS, **fallbacks.BINDINGS}
+# Bindings that stand in for pynvml's: one call for queries that fill arrays, a prepared field batch.
+_BINDINGS: Dict[str, Callable[..., Any]] = {
+    **processes.BINDINGS,
+    **fallbacks.BINDINGS,
+    "nvmlDeviceGetFieldValues": fields.get_field_values,
+}
 
 
 class Device:
@@ -63,6 +67,7 @@ class Device:
         self._refused: set = set()
         self._denied: set = set()  # refused for want of permission: worth telling, unlike "not supported"
         self.refused_fields: Set[FieldKey] = set()  # not asked of the batch again (nvml.fields)
+        self.field_batch: Optional[fields.Batch] = None  # the array the batch hands NVML each run
         self._static: Dict[str, Any] = {}
         self._rooms: Dict[str, Room] = {}  # array size per query that fills one (nvml.listing)
         self.fields_timestamp_us = 0  # when NVML took the last batch of field values
@@ -229,7 +234,7 @@ class Device:
     @property
     def nvlink_count(self) -> int:
         def read() -> int:
-            return int(readings.read(self, [("nvlink_link_count", 0)]).get(("nvlink_link_count", 0), 0))
+            return int(readings.read(self, frozenset([("nvlink_link_count", 0)])).get(("nvlink_link_count", 0), 0))
 
         return self.static("nvlink_count", read)
 
@@ -295,7 +300,9 @@ class Device:
 
 
 def _key(function: str, args: Tuple) -> Tuple:
-    return (function, *(a for a in args if isinstance(a, (int, str))))
+    if not args:  # most calls: a list would only be built to be empty
+        return (function,)
+    return (function, *[a for a in args if isinstance(a, (int, str))])
 
 
 def handle_address(handle: Any) -> Optional[int]:

@@ -26,13 +26,15 @@ class GpmSampler:
     """Keeps the last sample of one GPU (or one of its GPU instances) between runs.
 
     The first read only takes a sample; every later read returns the averages since the
-    previous one. Two sample buffers are allocated once and swapped.
+    previous one. Two sample buffers are allocated once and swapped, and so are the two metric
+    queries over them (older, newer), built once: filling a query is most of what a read costs.
     """
 
     def __init__(self, device: Device, gpu_instance_id: Optional[int] = None):
         self.device = device
         self.gpu_instance_id = gpu_instance_id
         self._samples = None
+        self._queries: list = []
         self._have_previous = False
 
     def supported(self) -> bool:
@@ -44,36 +46,21 @@ class GpmSampler:
             raise CannotAnswer(f"{self.device!r} has no GPM")
         if self._samples is None:
             self._samples = [_alloc(), _alloc()]
-        previous, current = self._samples
-        self._take(current)
+            self._queries = [_query(*self._samples), _query(*reversed(self._samples))]
+        self._take(self._samples[1])
+        query = self._queries[0]
         self._samples.reverse()
+        self._queries.reverse()
         if not self._have_previous:
             self._have_previous = True
             return {}
-        return self._metrics(previous, current)
+        return _metrics(query)
 
     def _take(self, sample: Any) -> None:
         if self.gpu_instance_id is None:
             self.device.call("nvmlGpmSampleGet", sample)
         else:
             self.device.call("nvmlGpmMigSampleGet", self.gpu_instance_id, sample)
-
-    def _metrics(self, first: Any, second: Any) -> Dict[str, float]:
-        query = pynvml.c_nvmlGpmMetricsGet_t()
-        query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        query.numMetrics = len(GPM_METRICS)
-        query.sample1, query.sample2 = first, second
-        for slot, metric_id in enumerate(GPM_METRICS.values()):
-            query.metrics[slot].metricId = metric_id
-        try:
-            pynvml.nvmlGpmMetricsGet(query)
-        except pynvml.NVMLError as e:
-            raise CannotAnswer(f"nvmlGpmMetricsGet: {e}") from e
-        return {
-            name: query.metrics[slot].value
-            for slot, name in enumerate(GPM_METRICS)
-            if query.metrics[slot].nvmlReturn == pynvml.NVML_SUCCESS
-        }
 
     def close(self) -> None:
         for sample in self._samples or ():
@@ -82,7 +69,31 @@ class GpmSampler:
             except pynvml.NVMLError as e:
                 log.debug("nvmlGpmSampleFree: %s", e)
         self._samples = None
+        self._queries = []
         self._have_previous = False
+
+
+def _query(first: Any, second: Any) -> Any:
+    """The averages from sample `first` to sample `second`, the query NVML fills."""
+    query = pynvml.c_nvmlGpmMetricsGet_t()
+    query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    query.numMetrics = len(GPM_METRICS)
+    query.sample1, query.sample2 = first, second
+    for slot, metric_id in enumerate(GPM_METRICS.values()):
+        query.metrics[slot].metricId = metric_id
+    return query
+
+
+def _metrics(query: Any) -> Dict[str, float]:
+    try:
+        pynvml.nvmlGpmMetricsGet(query)
+    except pynvml.NVMLError as e:
+        raise CannotAnswer(f"nvmlGpmMetricsGet: {e}") from e
+    return {
+        name: metric.value
+        for name, metric in zip(GPM_METRICS, query.metrics)
+        if metric.nvmlReturn == pynvml.NVML_SUCCESS
+    }
 
 
 def _alloc() -> Any:

@@ -26,7 +26,7 @@ Values read once per session (max clocks, PCIe max link, temperature threshold, 
 count, GPM support) are not in this list.
 """
 
-from typing import TYPE_CHECKING, Dict, Iterable, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 import pynvml
 
@@ -84,13 +84,13 @@ READINGS: Dict[str, Reading] = {
 }
 
 
-def read(device: "Device", keys: Iterable[FieldKey]) -> Dict[FieldKey, float]:
-    """The values of `keys` the device gives: the batch first, then fallbacks for keys it refused.
+def read(device: "Device", wanted: FrozenSet[FieldKey]) -> Dict[FieldKey, float]:
+    """The values of the `wanted` keys the device gives: the batch first, then fallbacks for keys
+    it refused. Pass the same set object each run: the batch is built again only when it changes.
 
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
-    wanted = set(keys)
-    values = request(device, {key: READINGS[key[0]].field_id for key in wanted})
+    values = request(device, wanted, _field_id)
     served: Dict[Tuple[Reader, int], Dict[str, float]] = {}
     for name, scope in sorted(wanted - set(values)):
         reader = READINGS[name].fallback
@@ -101,6 +101,10 @@ def read(device: "Device", keys: Iterable[FieldKey]) -> Dict[FieldKey, float]:
         for answered, value in served[(reader, scope)].items():
             values.setdefault((answered, scope), value)
     return values
+
+
+def _field_id(key: FieldKey) -> int:
+    return READINGS[key[0]].field_id
 
 
 def _serve(reader: Reader, device: "Device", scope: int) -> Dict[str, float]:

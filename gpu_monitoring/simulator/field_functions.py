@@ -7,9 +7,18 @@ constant names) answer NOT_SUPPORTED per entry, as a driver or configuration tha
 refused, so tests can tell what the check asks for.
 """
 
+import ctypes
+
 import pynvml
 
 from .abi import nvml
+
+
+class _Entry(ctypes.Structure):
+    """nvmlFieldValue_t as the driver sees it: plain C memory (pynvml's class adds Python hooks)."""
+
+    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
+
 
 OK = pynvml.NVML_SUCCESS
 
@@ -48,7 +57,7 @@ def nvmlDeviceGetFieldValues(sim, target, count, array):
     now = sim.now()
     device = target.device
     counters = device.counters(now)
-    for entry in (pynvml.c_nvmlFieldValue_t * count).from_address(array):
+    for entry in (_Entry * count).from_address(array):
         sim.field_requests[device.index, entry.fieldId] += 1
         entry.timestamp = int(now * 1e6)
         entry.latencyUsec = 0
