@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from gpu_monitoring.collectors.allocations import ADVERTISED_TTL, AllocationReader
+from gpu_monitoring.kube import grpc_channels
 from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES, DeviceRef, matches_resource, parse_device_id
 from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,
@@ -140,6 +141,29 @@ def test_served_allocations_change_while_running(server: PodResourcesServer, soc
     assert list_allocations(socket_path) == TRAINING[:1]
     server.set_allocations([])
     assert list_allocations(socket_path) == []
+
+
+def test_one_channel_serves_every_run_and_a_restarted_kubelet_is_reached_at_once(socket_path: str) -> None:
+    with PodResourcesServer(socket_path, TRAINING[:1], ADVERTISED):
+        assert list_allocations(socket_path) == TRAINING[:1]
+        kept = grpc_channels.channel(grpc, socket_path, [])
+        assert list_allocations(socket_path) == TRAINING[:1]
+        assert grpc_channels.channel(grpc, socket_path, []) is kept
+    # The kubelet restarts: a new socket at the same path, which the first call after reaches.
+    with PodResourcesServer(socket_path, TRAINING[:2], ADVERTISED):
+        assert list_allocations(socket_path) == TRAINING[:2]
+        assert grpc_channels.channel(grpc, socket_path, []) is not kept
+
+
+def test_a_failed_call_drops_its_channel(server: PodResourcesServer, socket_path: str) -> None:
+    list_allocations(socket_path)
+    kept = grpc_channels.channel(grpc, socket_path, [])
+    server.set_behaviour("rate_limited")
+    with pytest.raises(PodResourcesError):
+        list_allocations(socket_path)
+    server.set_behaviour("ok")
+    assert list_allocations(socket_path) == GPU_ONLY
+    assert grpc_channels.channel(grpc, socket_path, []) is not kept
 
 
 def test_a_missing_socket_says_what_to_mount(socket_path: str) -> None:

@@ -7,7 +7,6 @@ fields attribution needs are read; every other field, known to newer kubelets or
 grpcio is imported on the first call: the Agent does not ship it, and only local mode calls.
 """
 
-import os
 import re
 from types import ModuleType
 from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
@@ -15,6 +14,7 @@ from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
 from ..bounded import Deadline, describe_size
 from ..deps import MissingPackage, require
 from ..snapshot import Advertised, Allocation
+from . import grpc_channels
 from .device_ids import DEFAULT_RESOURCES, matches_resource
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -68,13 +68,6 @@ def list_allocatable(
 
 def _fetch(socket_path: str, method: str, decode: Callable[[bytes], List[T]], timeout: float) -> List[T]:
     grpc = _grpc()
-    if not os.path.exists(socket_path):
-        raise PodResourcesError(
-            f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
-            "/var/lib/kubelet/pod-resources into this container (read-only is enough), "
-            "or set pod_resources_socket to where the kubelet serves it",
-            "missing",
-        )
     payload = _call(grpc, socket_path, method, timeout)
     try:
         return decode(payload)
@@ -99,15 +92,23 @@ def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> by
     except ValueError as e:
         message = f"the kubelet pod-resources API is not asked: its timeout is wrong ({e})"
         raise PodResourcesError(message, "error") from None
-    options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
-    with grpc.insecure_channel("unix://" + os.path.abspath(socket_path), options=options) as channel:
-        # No serializers: the empty request is b"" and the answer is decoded after the call, so a
-        # bad answer is reported as such rather than as gRPC's generic deserialization failure.
-        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
-        try:
-            return call(b"", timeout=timeout)
-        except grpc.RpcError as error:
-            raise _rpc_failure(grpc, error, socket_path, method, timeout) from error
+    try:
+        channel = grpc_channels.channel(grpc, socket_path, [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)])
+    except OSError:
+        raise PodResourcesError(
+            f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
+            "/var/lib/kubelet/pod-resources into this container (read-only is enough), "
+            "or set pod_resources_socket to where the kubelet serves it",
+            "missing",
+        ) from None
+    # No serializers: the empty request is b"" and the answer is decoded after the call, so a
+    # bad answer is reported as such rather than as gRPC's generic deserialization failure.
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    try:
+        return call(b"", timeout=timeout)
+    except grpc.RpcError as error:
+        grpc_channels.discard(socket_path)
+        raise _rpc_failure(grpc, error, socket_path, method, timeout) from error
 
 
 def _rpc_failure(

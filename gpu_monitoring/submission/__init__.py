@@ -31,6 +31,11 @@ class Submitter:
         self.base_tags = list(base_tags)
         self.tagger = tagger
         self.max_processes = max_processes
+        # The check's submit method for each metric name the spec knows, by the spec's type.
+        self._submitters = {
+            name: check.monotonic_count if metric.type == "monotonic_count" else check.gauge
+            for name, metric in SPEC.items()
+        }
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
         self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
@@ -71,12 +76,12 @@ class Submitter:
         return merge(tags, holder.tags(self.tagger)) if holder else tags
 
     def metrics(self, values: Dict[str, float], tags: List[str]) -> None:
+        submitters = self._submitters
         for name, value in values.items():
-            metric = SPEC.get(name)
-            if metric is None:
+            submit = submitters.get(name)
+            if submit is None:
                 self.check.log.debug("no spec for metric %s; not submitted", name)
                 continue
-            submit = self.check.monotonic_count if metric.type == "monotonic_count" else self.check.gauge
             submit(name, value, tags=tags)
 
     def _processes(self, processes: List[Process], tags: List[str], held: List[str], key, attribution) -> None:
