@@ -35,6 +35,8 @@ _FIELD_REFUSED = {
 # and the 8-byte value union read as an unsigned integer, which the value type then reinterprets.
 _ENTRY = struct.Struct("=IIqqIIQ")
 _DOUBLE = struct.Struct("=d")
+_SUCCESS = pynvml.NVML_SUCCESS
+_UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 
 
 def _signed(bits: int) -> Callable[[int], int]:
@@ -93,16 +95,23 @@ def request(
     values = {}
     newest = device.fields_timestamp_us
     for key, (_, _, timestamp, _, value_type, status, raw) in zip(batch.keys, _ENTRY.iter_unpack(batch.entries)):
-        if status == pynvml.NVML_SUCCESS:
-            values[key] = _DECODE.get(value_type, int)(raw)
-            newest = max(newest, timestamp)
-        elif status == pynvml.NVML_ERROR_GPU_IS_LOST:
-            raise GpuLost(f"field {key[0]}: GPU is lost")
-        elif status in _FIELD_REFUSED:
-            device.refused_fields.add(key)
-            log.debug("%r: field %s (scope %d) not available; not asked again", device, *key)
+        if status == _SUCCESS:
+            # Most fields are 64-bit counters, which need no decoding.
+            values[key] = raw if value_type == _UNSIGNED_LONG_LONG else _DECODE.get(value_type, int)(raw)
+            if timestamp > newest:
+                newest = timestamp
+        else:
+            _failed(device, key, status)
     device.fields_timestamp_us = newest
     return values
+
+
+def _failed(device: "Device", key: FieldKey, status: int) -> None:
+    if status == pynvml.NVML_ERROR_GPU_IS_LOST:
+        raise GpuLost(f"field {key[0]}: GPU is lost")
+    if status in _FIELD_REFUSED:
+        device.refused_fields.add(key)
+        log.debug("%r: field %s (scope %d) not available; not asked again", device, *key)
 
 
 def get_field_values(handle: Any, entries: ctypes.Array) -> ctypes.Array:
