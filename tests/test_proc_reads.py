@@ -1,7 +1,8 @@
-"""What the check reads under the proc root each run: one `stat` per process already known (its
-start time keys it, and it gives the current name), the owner's files only for a process not
-seen before or a pid the kernel gave to a new process; a process is read once per run however
-many GPUs list it. Opens are counted with an audit hook, as the interpreter reports them."""
+"""What the check reads under the proc root each run: nothing for a process already known (one
+`stat` call of its directory tells it is the same), `stat` and the owner's files for a process
+not seen before or a pid the kernel gave to a new process, `stat` alone when the kernel made the
+directory of a known process anew; a process is looked at once per run however many GPUs list
+it. Opens are counted with an audit hook, as the interpreter reports them."""
 
 import sys
 from collections import Counter
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_monitoring.collectors.owners import ProcessOwners
-from gpu_monitoring.simulator.proc_root import build_proc_root
+from gpu_monitoring.simulator.proc_root import build_proc_root, replace_process
 
 from .conftest import tag_dict
 
@@ -42,34 +43,46 @@ def listed_pids(dgx):
     return {int(tag_dict(s.tags)["pid"]) for s in dgx.series("process.memory.used")}
 
 
-def test_a_known_process_costs_one_read_of_stat_a_run(node, opens):
+def test_a_known_process_costs_no_read(node, opens):
     dgx = node("dgx-h100").run()
     counted = opens(dgx.check.options.proc_root)
     dgx.run(3)
-    pids = listed_pids(dgx)
-    assert pids
-    assert counted == Counter({f"{pid}/stat": 3 for pid in pids})
+    assert listed_pids(dgx)
+    assert counted == Counter()
+
+
+def containers(dgx):
+    tags = [tag_dict(s.tags) for s in dgx.series("process.memory.used")]
+    return {int(t["pid"]): t.get("container_id") for t in tags}
 
 
 def test_a_reused_pid_is_read_again(node, opens):
     dgx = node("dgx-h100").run()
     root = Path(dgx.check.options.proc_root)
     # pid 52310 exits and the kernel gives its number to a process of another container.
-    stat = root / "52310" / "stat"
-    fields = stat.read_text().rpartition(")")
-    after = fields[2].split()
-    after[19] = str(int(after[19]) + 1000)
-    stat.write_text(fields[0] + ")" + " " + " ".join(after) + "\n")
     other = "f" * 64
-    (root / "52310" / "cgroup").write_text(f"0::/system.slice/docker-{other}.scope\n")
+    replace_process(root, {"pid": 52310, "name": "python3", "container_id": other, "runtime": "docker",
+                           "start_time": 9_000_000})
     counted = opens(root)
     dgx.run()
-    assert counted["52310/cgroup"] == 1
-    by_pid = {int(tag_dict(s.tags)["pid"]): tag_dict(s.tags) for s in dgx.series("process.memory.used")}
-    assert by_pid[52310]["container_id"] == other
+    assert counted == Counter({"52310/stat": 1, "52310/cgroup": 1})
+    assert containers(dgx)[52310] == other
 
 
-def test_a_process_on_many_gpus_is_read_once_a_run(tmp_path, opens):
+def test_a_known_process_whose_directory_is_made_anew_costs_one_read(node, opens):
+    dgx = node("dgx-h100").run()
+    root = Path(dgx.check.options.proc_root)
+    before = containers(dgx)[52310]
+    # The kernel dropped the directory from its cache: the same process (same start time), new
+    # directory; its files say otherwise only to show they are not read again.
+    replace_process(root, {"pid": 52310, "name": "python3", "container_id": "e" * 64, "runtime": "docker"})
+    counted = opens(root)
+    dgx.run(2)
+    assert counted == Counter({"52310/stat": 1})
+    assert containers(dgx)[52310] == before
+
+
+def test_a_process_on_many_gpus_is_read_once(tmp_path, opens):
     root = build_proc_root(tmp_path, [{"pid": 100, "name": "trainer", "container_id": "a" * 64, "runtime": "docker"}])
     owners = ProcessOwners(str(root))
     counted = opens(root)
@@ -78,4 +91,4 @@ def test_a_process_on_many_gpus_is_read_once_a_run(tmp_path, opens):
     owners.new_run()
     for _gpu in range(8):
         assert owners.identify(100).name == "trainer"
-    assert counted == Counter({"100/stat": 2, "100/cgroup": 1})
+    assert counted == Counter({"100/stat": 1, "100/cgroup": 1})

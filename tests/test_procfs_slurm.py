@@ -16,7 +16,7 @@ from gpu_monitoring.kube.procfs import (
     process_owner,
     real_uid,
 )
-from gpu_monitoring.simulator.proc_root import build_proc_root, slurm_cgroup_text
+from gpu_monitoring.simulator.proc_root import build_proc_root, replace_process, slurm_cgroup_text
 from gpu_monitoring.snapshot import Process, SlurmJob
 
 SLURM_DATA = os.path.join(os.path.dirname(__file__), "data", "slurm-cgroup")
@@ -171,8 +171,10 @@ def test_owner_is_read_once_per_process(tmp_path):
     write_process(tmp_path, case="v2-batch", start_time=1000)
     owners.new_run()
     assert owners.owner(PID) == first
-    # The pid reused by a new process: read again.
-    write_process(tmp_path, case="v2-batch", start_time=2000)
+    # The pid reused by a new process, in a directory of its own: read again.
+    with open(os.path.join(SLURM_DATA, "v2-batch.cgroup"), encoding="utf-8") as f:
+        cgroup = f.read()
+    replace_process(tmp_path, {"pid": PID, "name": "python", "uid": OWN_UID, "cgroup": cgroup, "start_time": 2000})
     owners.new_run()
     assert owners.owner(PID).slurm == SlurmJob("17", "batch", OWN_UID)
 

@@ -1,10 +1,13 @@
 """Who a GPU process is (name) and who owns it (container, pod, Slurm job), from the proc root.
 
 A process's cgroup and starting environment are set before it runs its program and stay, so
-they are read when a process is first seen, not every run. A pid alone does not name a process
-once the kernel reuses it, so a process is known by its pid and start time: each run reads
-the process's `stat` once, which gives the start time and the current name together (a process
-may rename itself), however many GPUs list it. That one read is all a known process costs.
+they are read when a process is first seen, not every run, and so is its name (one tag value for
+the life of the process). A pid alone does not name a process once the kernel reuses it: a
+process is known by its pid and start time (from `stat`), and between runs by its directory
+under the proc root, which the kernel makes anew for a new process. So a process seen before
+costs one `stat` call of its directory a run and no file read; its files are read again only
+when that directory is another (a reused pid, or the kernel having dropped the directory from
+its cache, when the start time tells it is the same process after all).
 """
 
 import logging
@@ -15,6 +18,7 @@ from ..kube.procfs import (
     ProcessOwner,
     ProcessStat,
     environment,
+    process_directory,
     process_owner,
     process_stat,
     real_uid,
@@ -38,10 +42,17 @@ class Identity:
     error: Optional[OSError] = None
 
 
+@dataclass(frozen=True)
+class _Known:
+    directory: Tuple[int, int]  # process_directory's answer
+    start_time: int
+    identity: Identity
+
+
 class ProcessOwners:
     def __init__(self, proc_root: str):
         self.proc_root = proc_root
-        self._known: Dict[int, Tuple[int, ProcessOwner]] = {}
+        self._known: Dict[int, _Known] = {}
         self._this_run: Dict[int, Identity] = {}
         self._environ_unreadable = False
 
@@ -64,18 +75,25 @@ class ProcessOwners:
         return identity.owner
 
     def _identify(self, pid: int) -> Identity:
+        directory = process_directory(self.proc_root, pid)
+        if directory is None:
+            return Identity(None, None)  # it exited since NVML listed it
+        known = self._known.get(pid)
+        if known is not None and known.directory == directory:
+            return known.identity
         stat = process_stat(self.proc_root, pid)
         started = stat.start_time if stat is not None else None
-        known = self._known.get(pid)
-        if known is not None and started is not None and known[0] == started:
-            return Identity(stat.name, known[1])
+        if known is not None and started is not None and known.start_time == started:
+            self._known[pid] = replace(known, directory=directory)
+            return known.identity
         try:
             owner = self._read(pid)
         except OSError as e:
             return Identity(_name(stat), None, e)
+        identity = Identity(_name(stat), owner)
         if owner is not None and started is not None:
-            self._remember(pid, started, owner)
-        return Identity(_name(stat), owner)
+            self._remember(pid, _Known(directory, started, identity))
+        return identity
 
     def _read(self, pid: int) -> Optional[ProcessOwner]:
         owner = process_owner(self.proc_root, pid)
@@ -103,11 +121,11 @@ class ProcessOwners:
             )
             self._environ_unreadable = True
 
-    def _remember(self, pid: int, started: int, owner: ProcessOwner) -> None:
+    def _remember(self, pid: int, known: _Known) -> None:
         if len(self._known) >= _MAX_KNOWN:
             for stale in list(self._known)[: _MAX_KNOWN // 2]:
                 del self._known[stale]
-        self._known[pid] = (started, owner)
+        self._known[pid] = known
 
 
 def _name(stat: Optional[ProcessStat]) -> Optional[str]:

@@ -153,6 +153,20 @@ def process_stat(proc_root: str, pid: int) -> Optional[ProcessStat]:
     return ProcessStat(head.partition("(")[2], started)
 
 
+def process_directory(proc_root: str, pid: int) -> Optional[Tuple[int, int]]:
+    """Which instance of `<proc_root>/<pid>` this is (inode number and change time), or None when
+    the process exited; raises as `process_owner` does. The kernel makes a process's directory
+    when it is first looked up and drops it when the process exits, so a pid the kernel reuses
+    has another; one `stat` call, with no file to open and no text for the kernel to make."""
+    try:
+        status = os.stat(os.path.join(proc_root, str(pid)))
+    except (FileNotFoundError, ProcessLookupError):
+        if not os.path.isdir(proc_root):
+            raise
+        return None
+    return status.st_ino, status.st_ctime_ns
+
+
 def real_uid(proc_root: str, pid: int) -> Optional[int]:
     """The real UID of process `pid` (first of `status`'s `Uid:` line), or None when it exited."""
     for line in (_read(proc_root, pid, "status") or "").splitlines():

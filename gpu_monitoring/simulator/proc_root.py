@@ -5,7 +5,9 @@ for either cgroup driver and either cgroup version, and each Slurm job step's th
 lays it out, so the attribution code reads the same text it meets on real nodes.
 """
 
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
@@ -52,6 +54,17 @@ def build_proc_root(directory: Path, processes: Iterable[Mapping]) -> Path:
         environ = process.get("environ", _PATH)
         (pid_dir / "environ").write_text("".join(f"{key}={value}\0" for key, value in environ.items()))
     return directory
+
+
+def replace_process(directory: Path, process: Mapping) -> None:
+    """Put `process` at its pid's directory in place of the one there, as the kernel does when it
+    gives a pid to a new process (or looks an evicted one up again): another directory, not the
+    old one's files rewritten. It is built beside the old one first, so it gets another inode."""
+    staging = directory / ".replacing"
+    build_proc_root(staging, [process])
+    shutil.rmtree(directory / str(process["pid"]))
+    os.rename(staging / str(process["pid"]), directory / str(process["pid"]))
+    staging.rmdir()
 
 
 def slurm_cgroup_text(
