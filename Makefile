@@ -29,7 +29,16 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_monitoring tests scripts setup.py
 
-bench: $(STAMP)
+# The bench's plot needs matplotlib, which `make test` does not: the `bench` extra, installed once.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[deps,dev,bench]"
+	touch $(BENCH_STAMP)
+
+# NVML calls, CPU against the submission floor, a profile, scaling and memory; writes docs/PERFORMANCE.md
+# and docs/performance.png (about 10 minutes on 2 cores; BENCH_RUNS=1000 for a shorter memory run).
+bench: $(BENCH_STAMP)
 	$(BIN)/python scripts/bench.py
 
 # The sidecar's snapshot latency and memory over 10,000 snapshots, and the journal's throughput (minutes).

@@ -50,6 +50,8 @@ setup(
             "datamodel-code-generator~=0.25.6",
             "semver",
         ],
+        # make bench: docs/performance.png.
+        "bench": ["matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["gpu-monitoring=gpu_monitoring.cli:main"]},
     classifiers=[

@@ -1,128 +1,127 @@
-"""Benchmark the check on simulated nodes; prints figures, asserts nothing.
+"""Benchmark the check on simulated nodes (`make bench`); prints figures and targets, asserts nothing.
 
-- dgx-h100: NVML calls per GPU per run (by function), CPU per run (with and without the
-  simulated driver's own share), series per run.
-- Scaling of CPU per run with the number of GPUs.
-- Attribution at scale: 8 GPUs, 64 processes, 40 pods sharing them; kubelet and
-  pod-resources requests per run and CPU per run.
+    python scripts/bench.py [--runs N] [--scenario NAME ...] [--out DIR] [--json FILE]
+    python scripts/bench.py --profile [SCENARIO]
 
-CPU is the check thread's own (time.thread_time): the in-process kubelet and gRPC servers
-run on other threads and are not counted.
+1. NVML calls per GPU per steady-state run, by function;
+2. CPU per series against the submission floor, interleaved in one process, and field entries' cost;
+3. a profile of steady-state runs, grouped by whose code each function is;
+4. scaling with GPUs, processes, pods and MIG instances; kubelet, pod-resources and /proc reads;
+5. memory over many runs in local and sidecar mode.
+
+Writes `PERFORMANCE.md` and `performance.png` into --out (docs/ by default). Exits 0 whatever
+the targets say: each is printed PASS or FAIL beside its figure.
 """
 
+import argparse
+import json
+import os
+import shlex
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
+from typing import List, Optional
 
-import yaml
-from datadog_checks.base.stubs import aggregator
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# gRPC's C core logs each pod-resources channel it closes; set before grpc loads, children inherit it.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.simulator.scenario import resolve
+from bench_support import calls, cpu, document, hotspots, memory_report, plot, scaling, scenarios  # noqa: E402
+from bench_support.floor import compare  # noqa: E402
+from bench_support.harness import quiet_logs  # noqa: E402
+from bench_support.memory_modes import measure_modes  # noqa: E402
+from bench_support.report import Report, Section, text  # noqa: E402
 
-RUNS = 20
-INTERVAL = 15
-
-
-def measure(simulate: str, runs: int = RUNS, **options) -> dict:
-    check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate)])
-    sim = check.simulation
-    sim.clock.set_speed(0)
-    check.run()  # the first run learns capabilities and takes the first GPM samples
-    sim.calls.clear()
-    sim.cpu_seconds = 0.0
-    node = check.simulated_node if check.simulated_node and check.simulated_node.kubelet else None
-    cpu = 0.0
-    series = 0
-    for _ in range(runs):
-        sim.advance(INTERVAL)
-        aggregator.reset()
-        started = time.thread_time()
-        error = check.run()
-        cpu += time.thread_time() - started
-        if error:
-            raise SystemExit(f"check failed: {error}")
-        series = len({(m.name, tuple(sorted(m.tags))) for n in aggregator.metric_names for m in aggregator.metrics(n)})
-    gpus = len(sim.devices)
-    figures = {
-        "gpus": gpus,
-        "calls": Counter({k: v / runs / gpus for k, v in sim.calls.items()}),
-        "cpu_ms": cpu / runs * 1000,
-        "driver_ms": sim.cpu_seconds / runs * 1000,
-        "series": series,
-        # Over every run, the warm-up one included.
-        "kubelet_requests": node.kubelet.requests if node else 0,
-        "pod_resources_requests": node.pod_resources.requests if node else 0,
-        "runs": runs + 1,
-    }
-    check.cancel()
-    return figures
+CROWDED = "dgx-h100, 8 processes/GPU"
+FIELD_PROFILE_RUNS = 50
+MEMORY_WARM_UP = 100
 
 
-def scaled_scenario(directory: Path, gpus: int) -> str:
-    raw = yaml.safe_load(resolve("dgx-h100").read_text())
-    template = raw["devices"][:8]
-    raw["devices"] = [dict(template[i % 8], pci_bus_id=f"00000000:{i + 1:02X}:00.0") for i in range(gpus)]
-    raw.pop("kubernetes")
-    path = directory / f"h100-x{gpus}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return str(path)
+def parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", 10000)),
+                        help="check runs for the memory figures, per mode (BENCH_RUNS; default 10,000)")
+    parser.add_argument("--trace-runs", type=int, default=1000,
+                        help="of those, runs traced by tracemalloc after the warm-up (default 1,000)")
+    parser.add_argument("--rounds", type=int, default=200, help="interleaved floor/check rounds (default 200)")
+    parser.add_argument("--calls-runs", type=int, default=20, help="runs counting NVML calls (default 20)")
+    parser.add_argument("--scaling-runs", type=int, default=20, help="runs per scaling point (default 20)")
+    parser.add_argument("--max-processes", type=int, default=scaling.PROCESSES[-1],
+                        help=f"the largest process count of the sweep (default {scaling.PROCESSES[-1]:,})")
+    parser.add_argument("--kube-ttl", type=float, default=1.0,
+                        help="pod_cache_ttl while counting kubelet requests over three TTLs (default 1 s)")
+    parser.add_argument("--profile-runs", type=int, default=200, help="runs under cProfile (default 200)")
+    parser.add_argument("--scenario", action="append", help="a scenario to report on (repeatable; default: "
+                        f"{', '.join(scenarios.HEADLINE)} and a field-refusing one if present)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where PERFORMANCE.md and the PNG go")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON")
+    parser.add_argument("--profile", nargs="?", const="dgx-h100", metavar="SCENARIO",
+                        help="print only the profile of SCENARIO (default dgx-h100)")
+    args = parser.parse_args(argv)
+    args.scenario = args.scenario or scenarios.headline()
+    return args
 
 
-def crowded_scenario(directory: Path, gpus: int = 8, processes: int = 64, pods: int = 40) -> str:
-    """Time-sliced H100s: `pods` pods hold one replica each, running `processes` processes."""
-    raw = yaml.safe_load(resolve("dgx-h100").read_text())
-    base = raw["devices"][0]
-    pod_procs = {p: [] for p in range(pods)}
-    for n in range(processes):
-        pod_procs[n % pods].append(10000 + n)
-    devices = [dict(base, pci_bus_id=f"00000000:{i + 1:02X}:00.0", processes=[]) for i in range(gpus)]
-    for pod, pids in pod_procs.items():
-        devices[pod % gpus]["processes"] += [{"pid": pid, "name": "python3", "memory_mib": 900} for pid in pids]
-    raw["devices"] = devices
-    raw["kubernetes"] = {"pods": [
-        {"name": f"worker-{pod}", "namespace": f"team-{pod % 5}", "containers": [{
-            "name": "main", "resource": "nvidia.com/gpu.shared",
-            "devices": [f"gpu:{pod % gpus}::{pod // gpus}"], "processes": pids,
-        }]}
-        for pod, pids in pod_procs.items()
-    ]}
-    path = directory / "crowded.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return str(path)
-
-
-def requests(figures: dict) -> str:
-    return (f"kubelet requests: {figures['kubelet_requests']} over {figures['runs']} runs;"
-            f" pod-resources requests: {figures['pod_resources_requests']} over {figures['runs']} runs")
-
-
-def main() -> int:
-    result = measure("dgx-h100")
-    print(f"dgx-h100: {result['gpus']} GPUs, 6 pods, {RUNS} runs after a warm-up run, {INTERVAL} s apart (simulated)")
-    print(f"  NVML calls per GPU per run: {sum(result['calls'].values()):.2f}")
-    for name, per_gpu in sorted(result["calls"].items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"    {per_gpu:6.2f}  {name}")
-    print(f"  CPU per run: {result['cpu_ms']:.1f} ms (of which the simulated driver {result['driver_ms']:.1f} ms;"
-          f" the check itself {result['cpu_ms'] - result['driver_ms']:.1f} ms)")
-    print(f"  series per run: {result['series']}")
-    print(f"  {requests(result)} (pod_cache_ttl 30 s)")
-    with tempfile.TemporaryDirectory() as tmp:
-        print("scaling (H100 nodes of N GPUs, no Kubernetes): GPUs, CPU ms per run, check-only ms per run, series")
-        for gpus in (1, 2, 4, 8, 16):
-            r = measure(scaled_scenario(Path(tmp), gpus), runs=10)
-            print(f"  {gpus:3d}  {r['cpu_ms']:8.1f}  {r['cpu_ms'] - r['driver_ms']:8.1f}  {r['series']:6d}")
-        crowded = crowded_scenario(Path(tmp))
-        print("attribution at scale: 8 time-sliced H100s, 64 processes, 40 pods")
-        for ttl in (30, 0):
-            r = measure(crowded, runs=10, pod_cache_ttl=ttl)
-            print(f"  pod_cache_ttl {ttl:2d} s: CPU per run {r['cpu_ms']:.1f} ms (check itself"
-                  f" {r['cpu_ms'] - r['driver_ms']:.1f} ms); series per run {r['series']}; {requests(r)}")
-        print("  (runs here follow each other at once: with a TTL of 30 s and runs 15 s apart, one kubelet")
-        print("   request serves two runs; with TTL 0 every run asks the kubelet)")
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse(argv)
+    quiet_logs()
+    if args.profile:
+        print(text(hotspots.section(args.profile, args.profile_runs)))
+        return 0
+    started = time.monotonic()
+    report = Report()
+    with tempfile.TemporaryDirectory(prefix="gpu-monitoring-bench-") as tmp:
+        for build in (_calls, _cpu, _profile, _scaling, _memory):
+            section_started = time.monotonic()
+            section = build(args, Path(tmp), report)
+            section.notes.append(f"(this section took {time.monotonic() - section_started:.1f} s)")
+            report.sections.append(section)
+            print(text(section), flush=True)
+    print(text(document.targets_section(report)))
+    elapsed = time.monotonic() - started
+    _write(args, report, elapsed)
+    print(f"bench took {elapsed:.0f} s of wall time on {os.cpu_count()} cores ({document.cpu_model()})")
     return 0
+
+
+def _calls(args: argparse.Namespace, directory: Path, report: Report) -> Section:
+    counts = [calls.count_calls(name, name, args.calls_runs) for name in args.scenario]
+    counts.append(calls.count_calls(CROWDED, scenarios.crowded(directory, 8, 64, 64), args.calls_runs))
+    targeted = {"dgx-h100", CROWDED, scenarios.FIELD_REFUSING}
+    return calls.section(counts, args.calls_runs, report, targeted)
+
+
+def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
+    comparisons = [(name, compare(name, args.rounds)) for name in args.scenario]
+    name, headline = next(((n, c) for n, c in comparisons if n == "dgx-h100"), comparisons[0])
+    fields = cpu.field_cost(name, min(FIELD_PROFILE_RUNS, args.profile_runs), headline.own_ms)
+    return cpu.section(comparisons, (name, fields), report)
+
+
+def _profile(args: argparse.Namespace, _directory: Path, _report: Report) -> Section:
+    return hotspots.section("dgx-h100", args.profile_runs)
+
+
+def _scaling(args: argparse.Namespace, directory: Path, report: Report) -> Section:
+    return scaling.section(directory, args.scaling_runs, report, args.max_processes, args.kube_ttl)
+
+
+def _memory(args: argparse.Namespace, _directory: Path, _report: Report) -> Section:
+    warm_up = min(MEMORY_WARM_UP, max(args.runs // 10, 1))
+    return memory_report.section(measure_modes(args.runs, args.trace_runs, warm_up))
+
+
+def _write(args: argparse.Namespace, report: Report, elapsed: float) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["scripts/bench.py"] + [shlex.quote(a) for a in sys.argv[1:]])
+    document.write(report, args.out / "PERFORMANCE.md", command, elapsed)
+    problem = plot.write(report.curves, args.out / "performance.png")
+    print(f"wrote {args.out / 'PERFORMANCE.md'}" + (f"; no plot: {problem}" if problem else
+                                                   f" and {args.out / 'performance.png'}"))
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=1))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from collections import Counter
 
 import yaml
 
+from gpu_monitoring.nvml.fallbacks import FUNCTIONS as FALLBACK_FUNCTIONS
 from gpu_monitoring.simulator.scenario import resolve
 
 from .attribution_support import processes
@@ -146,3 +147,13 @@ def test_mps_is_asked_where_process_names_cannot_be_read(node, tmp_path):
     assert t4.sim.calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 2 * 2
     kinds = Counter(p.kind for p in t4.check.source.read().devices[1].processes)
     assert kinds == {"compute": 1, "mps": 3}
+
+
+def test_the_field_refusing_driver_adds_only_fallback_calls(node):
+    """What h100-no-fields calls beyond dgx-h100 is the fallbacks' (the bench counts them apart),
+    and the rest stays within the limit."""
+    refusing = steady_calls(node("h100-no-fields"))
+    whole = steady_calls(node("dgx-h100"))
+    added = {f for f in refusing if not whole.get(f)}
+    assert added and added <= FALLBACK_FUNCTIONS, added - FALLBACK_FUNCTIONS
+    assert sum(n for f, n in refusing.items() if f not in FALLBACK_FUNCTIONS) <= MAX_CALLS_PER_GPU

@@ -102,3 +102,11 @@ nvlink_recovery = _nvlink_errors("nvlink_recovery", pynvml.NVML_NVLINK_ERROR_DL_
 BINDINGS: Dict[str, Callable[..., int]] = {
     "nvmlDeviceGetRetiredPages": lambda handle, cause: listing.count(handle, "nvmlDeviceGetRetiredPages", cause),
 }
+
+# Every function the readers above call: what a run spends on values whose fields the driver refused.
+FUNCTIONS = frozenset({
+    "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkErrorCounter",
+})

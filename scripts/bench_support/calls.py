@@ -1,0 +1,71 @@
+"""Section 1: NVML calls per GPU per steady-state run, by function, from the simulator's counter.
+
+The target (at most CALLS_LIMIT a GPU, besides the dedicated functions that read what a refused
+field would have given) is set for the H100 nodes, with their processes, and for the one whose
+driver refuses fields; the other nodes' figures are printed for comparison.
+"""
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Set
+
+from gpu_monitoring.nvml.fallbacks import FUNCTIONS as FALLBACKS
+
+from .harness import Bench
+from .report import Report, Section, Table
+
+CALLS_LIMIT = 20  # calls per GPU per run
+
+
+@dataclass
+class CallCount:
+    label: str
+    gpus: int
+    per_gpu: Dict[str, float]  # function -> calls per GPU per run
+    field_entries: float  # entries asked of nvmlDeviceGetFieldValues per run
+
+    @property
+    def total(self) -> float:
+        return sum(self.per_gpu.values())
+
+    @property
+    def besides_fallbacks(self) -> float:
+        return sum(n for name, n in self.per_gpu.items() if name not in FALLBACKS)
+
+
+def count_calls(label: str, scenario: str, runs: int) -> CallCount:
+    with Bench(scenario) as bench:
+        bench.warm_up(1)
+        bench.sim.calls.clear()
+        entries = bench.fields.count
+        for _ in range(runs):
+            bench.run()
+        per_gpu = {name: n / runs / bench.gpus for name, n in bench.sim.calls.items()}
+        return CallCount(label, bench.gpus, per_gpu, (bench.fields.count - entries) / runs)
+
+
+def section(counts: List[CallCount], runs: int, report: Report, targeted: Set[str]) -> Section:
+    functions = Counter()
+    for count in counts:
+        functions.update(count.per_gpu)
+    table = Table(
+        f"NVML calls per GPU per run, by function ({runs} runs after a warm-up run)",
+        ["function"] + [c.label for c in counts],
+        [[name] + [c.per_gpu.get(name, 0.0) for c in counts] for name, _ in functions.most_common()],
+    )
+    table.rows.append(["total per GPU"] + [c.total for c in counts])
+    table.rows.append(["besides field fallbacks"] + [c.besides_fallbacks for c in counts])
+    table.rows.append([f"target <= {CALLS_LIMIT} besides fallbacks"] + [_verdict(c, report, targeted) for c in counts])
+    table.rows.append(["GPUs"] + [c.gpus for c in counts])
+    table.rows.append(["field entries per run"] + [c.field_entries for c in counts])
+    table.notes.append("field entries: the `count` of every nvmlDeviceGetFieldValues call, summed over a run")
+    table.notes.append("field fallbacks: " + ", ".join(sorted(FALLBACKS)))
+    return Section("1. NVML calls", [table])
+
+
+def _verdict(count: CallCount, report: Report, targeted: Set[str]) -> str:
+    if count.label not in targeted:
+        return "-"
+    figure = count.besides_fallbacks
+    name = f"NVML calls per GPU per run besides field fallbacks, {count.label}"
+    return report.target(name, figure, f"<= {CALLS_LIMIT}", figure <= CALLS_LIMIT)

@@ -1,0 +1,165 @@
+"""One check instance on a simulated node, run the way benchmarks need it.
+
+Scenario time stands still between runs and moves one check interval before each, so every
+run sees fresh samples however fast runs follow each other. CPU is the check thread's own
+(`time.thread_time`): the in-process kubelet and gRPC servers run on other threads and are not
+counted; `sim.cpu_seconds` is what the simulated driver spent inside its NVML functions.
+"""
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+from datadog_checks.base.stubs import aggregator, tagger
+
+from gpu_monitoring import GpuMonitoringCheck
+
+INTERVAL = 15  # seconds of scenario time between runs, the Agent's default
+NAMESPACE = "gpu_monitoring."
+FIELD_VALUES = "nvmlDeviceGetFieldValues"
+
+Series = Tuple[str, Any, List[str]]  # metric name, value, tags
+
+
+class BenchError(RuntimeError):
+    """The check failed a run: a figure measured on a failing check would mean nothing."""
+
+
+@dataclass
+class RunCost:
+    cpu: float  # seconds of the check thread's CPU, the simulated driver's included
+    driver: float  # seconds of that spent inside the simulated NVML functions
+
+    @property
+    def own(self) -> float:
+        return self.cpu - self.driver
+
+
+@dataclass
+class Costs:
+    """Median CPU per run over a number of runs, in milliseconds."""
+
+    cpu_ms: float
+    own_ms: float
+    driver_ms: float
+    series: int
+    runs: int
+
+
+class FieldEntries:
+    """Counts the entries asked of nvmlDeviceGetFieldValues, and the thread CPU the simulated
+    driver spent answering them.
+
+    It wraps the simulated library's dispatch, beneath the ctypes call, so pynvml and the check
+    run unchanged, and its own time counts as the simulated driver's, not the check's.
+    """
+
+    def __init__(self, sim: Any):
+        self.count = 0
+        self.seconds = 0.0
+        dispatch = sim._dispatch
+
+        def counting(name: str, symbol: Any, args: tuple) -> int:
+            if name != FIELD_VALUES:
+                return dispatch(name, symbol, args)
+            self.count += int(args[1])  # (handle, count, values)
+            started = time.thread_time()
+            try:
+                return dispatch(name, symbol, args)
+            finally:
+                self.seconds += time.thread_time() - started
+
+        sim._dispatch = counting
+
+
+class Bench:
+    def __init__(self, scenario: str, **options: Any):
+        self.check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=scenario)])
+        self.sim = self.check.simulation
+        self.sim.clock.set_speed(0)
+        self.node = self.check.simulated_node
+        self.fields = FieldEntries(self.sim)
+
+    def __enter__(self) -> "Bench":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.check.cancel()
+
+    @property
+    def gpus(self) -> int:
+        return len(self.sim.devices)
+
+    @property
+    def proc_root(self) -> str:
+        return self.check.options.proc_root
+
+    def warm_up(self, runs: int = 2) -> List[Series]:
+        """The first run learns capabilities and takes first samples; the second is a steady one,
+        whose submitted series are returned."""
+        for _ in range(runs):
+            self.run()
+        return submitted()
+
+    def run(self) -> RunCost:
+        self.sim.advance(INTERVAL)
+        reset_stubs()
+        driver = self.sim.cpu_seconds
+        started = time.thread_time()
+        error = self.check.run()
+        cpu = time.thread_time() - started
+        if error:
+            raise BenchError(f"the check failed: {error}")
+        return RunCost(cpu, self.sim.cpu_seconds - driver)
+
+    def kubernetes_requests(self) -> Tuple[int, int]:
+        """Requests the simulated kubelet (`/pods`) and pod-resources (both methods) received."""
+        if self.node is None or self.node.kubelet is None:
+            return 0, 0
+        resources = self.node.pod_resources
+        return self.node.kubelet.requests, resources.requests + resources.allocatable_requests
+
+
+def costs_of(measured: Sequence[RunCost], series: int) -> Costs:
+    return Costs(
+        cpu_ms=median_ms(r.cpu for r in measured),
+        own_ms=median_ms(r.own for r in measured),
+        driver_ms=median_ms(r.driver for r in measured),
+        series=series,
+        runs=len(measured),
+    )
+
+
+def reset_stubs() -> None:
+    """Empty the aggregator and tagger stubs before a run. Both record every submission and query
+    for tests to assert on; the Agent's own hold none, and left alone they grow by a run's worth
+    each run, which the memory figures would blame on the check."""
+    aggregator.reset()
+    tagger.reset()
+
+
+def quiet_logs() -> None:
+    """The simulated faults and refusals log by design; the bench's figures are what it prints.
+    Child processes call it too: they do not inherit the parent's logging."""
+    logging.basicConfig(level=logging.ERROR)
+
+
+def submitted() -> List[Series]:
+    """Every metric submission of the last run, as the aggregator holds it."""
+    return [(stub.name, stub.value, list(stub.tags or [])) for name in aggregator.metric_names
+            for stub in aggregator.metrics(name)]
+
+
+def series_count() -> int:
+    return sum(len(aggregator.metrics(name)) for name in aggregator.metric_names)
+
+
+def median_ms(seconds: Any) -> float:
+    return statistics.median(seconds) * 1000
+
+
+def per(value: float, count: Optional[float]) -> float:
+    """value / count, NaN-free: a count of 0 gives 0 (nothing to share it among)."""
+    return value / count if count else 0.0
