@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Tuple
 
 import pynvml
 
+from . import listing
 from .errors import CannotAnswer, GpuLost
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class Batch:
         self.wanted = wanted
         self.refusals = len(device.refused_fields)
         self.keys = tuple(sorted(wanted - device.refused_fields))
-        self.entries = (FieldValue * len(self.keys))()
+        self.entries = listing.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
             entry.fieldId, entry.scopeId = field_id(key), key[1]
 

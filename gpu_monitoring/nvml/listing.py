@@ -7,6 +7,7 @@ count it needs; the call is made again with that much room and more.
 """
 
 import ctypes
+import functools
 from typing import Any, Callable, List, Tuple
 
 import pynvml
@@ -33,7 +34,7 @@ def fill(handle: Any, symbol: str, struct: type, room: Room, arrange: Arrange) -
     """The entries `symbol` writes into an array of `struct`; raises pynvml.NVMLError as pynvml does."""
     function = pynvml._nvmlGetFunctionPointer(symbol)
     for _ in range(ATTEMPTS):
-        entries = (struct * room.entries)()
+        entries = array_type(struct, room.entries)()
         count = ctypes.c_uint(room.entries)
         status = function(handle, *arrange(ctypes.byref(count), entries))
         if status not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_INSUFFICIENT_SIZE):
@@ -53,3 +54,10 @@ def count(handle: Any, symbol: str, *args: Any) -> int:
     if status not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_INSUFFICIENT_SIZE):
         raise pynvml.NVMLError(status)
     return found.value
+
+
+@functools.lru_cache(maxsize=256)
+def array_type(struct: type, length: int) -> type:
+    """`struct * length`, made once: ctypes makes a new array type each time, which only the cycle
+    collector frees (a few a run per GPU otherwise)."""
+    return struct * length

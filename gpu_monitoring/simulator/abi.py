@@ -10,6 +10,7 @@ simulator and the bindings can never disagree about an offset.
 """
 
 import ctypes
+import functools
 from typing import Callable, Dict, NamedTuple
 
 C_TYPES = {
@@ -75,3 +76,10 @@ def put_string(address: int, size: int, text: str) -> bool:
 
 def struct_at(struct_type, address: int):
     return struct_type.from_address(address)
+
+
+@functools.lru_cache(maxsize=256)
+def array_at(struct: type, length: int) -> type:
+    """The type of an array of `length` structs, made once (ctypes makes a new one each time,
+    which only the cycle collector frees); `array_at(s, n).from_address(a)` reads a caller's array."""
+    return struct * length

@@ -10,7 +10,7 @@ import ctypes
 import pynvml
 
 from ..nvml.processes import ProcessInfoV1
-from .abi import nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
+from .abi import array_at, nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
 from .device_model import MIB, link_share
 
 OK = pynvml.NVML_SUCCESS
@@ -422,7 +422,7 @@ def _processes(sim, target, count_ptr, array_ptr, kind, struct):
         return OK
     if array_ptr is None or capacity < len(procs):
         return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-    for entry, proc in zip((struct * len(procs)).from_address(array_ptr), procs):
+    for entry, proc in zip(array_at(struct, len(procs)).from_address(array_ptr), procs):
         entry.pid = proc["pid"]
         entry.usedGpuMemory = int(proc.get("memory_mib", 0) * MIB)
         if hasattr(entry, "gpuInstanceId"):  # the v1 struct predates MIG
@@ -459,7 +459,7 @@ def nvmlDeviceGetProcessUtilization(sim, target, samples_ptr, count_ptr, since_u
         return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
     util = target.device.utilization(sim.now())
     memory_share = target.device.spec.load.get("memory_bandwidth_share", 0.55)
-    samples = (pynvml.c_nvmlProcessUtilizationSample_t * len(busy)).from_address(samples_ptr)
+    samples = array_at(pynvml.c_nvmlProcessUtilizationSample_t, len(busy)).from_address(samples_ptr)
     for sample, (proc, share) in zip(samples, busy):
         sample.pid = proc["pid"]
         sample.timeStamp = now_us

@@ -11,7 +11,7 @@ import ctypes
 
 import pynvml
 
-from .abi import nvml
+from .abi import array_at, nvml
 
 
 class _Entry(ctypes.Structure):
@@ -57,7 +57,7 @@ def nvmlDeviceGetFieldValues(sim, target, count, array):
     now = sim.now()
     device = target.device
     counters = device.counters(now)
-    for entry in (_Entry * count).from_address(array):
+    for entry in array_at(_Entry, count).from_address(array):
         sim.field_requests[device.index, entry.fieldId] += 1
         entry.timestamp = int(now * 1e6)
         entry.latencyUsec = 0
