@@ -17,13 +17,12 @@ SCENARIO ?= dgx-h100
 demo: $(STAMP)
 	$(BIN)/gpu-monitoring check --simulate $(SCENARIO)
 
-# Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends.
+# Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends, side by side.
 ATTRIBUTION_TESTS = tests/test_pod_resources.py tests/test_kubelet.py $(wildcard tests/test_attribution*.py)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
-	scripts/protobuf_check.sh latest $(ATTRIBUTION_TESTS)
-	scripts/protobuf_check.sh 4.21.12 $(ATTRIBUTION_TESTS)
+	scripts/attribution_protobuf.sh $(ATTRIBUTION_TESTS)
 	scripts/validate_assets.sh
 
 lint: $(STAMP)
