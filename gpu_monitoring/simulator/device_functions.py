@@ -9,7 +9,6 @@ import ctypes
 
 import pynvml
 
-from ..nvml.processes import ProcessInfoV1
 from .abi import array_at, nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
 from .device_model import MIB, link_share
 
@@ -324,7 +323,7 @@ def nvmlDeviceGetRetiredPages(sim, target, cause, count_ptr, addresses_ptr):
     if pages and (addresses_ptr is None or capacity < pages):
         return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
     if pages:
-        addresses = (ctypes.c_ulonglong * pages).from_address(addresses_ptr)
+        addresses = array_at(ctypes.c_ulonglong, pages).from_address(addresses_ptr)
         for slot in range(pages):
             addresses[slot] = 0x1000 * (slot + 1 + cause * 0x10000)
     return OK
@@ -406,65 +405,4 @@ def nvmlDeviceGetComputeInstanceId(sim, target, out):
     if target.mig is None:
         return pynvml.NVML_ERROR_INVALID_ARGUMENT
     put_uint(out, target.mig.spec.compute_instance_id)
-    return OK
-
-
-# --- processes ---------------------------------------------------------------------
-
-
-def _processes(sim, target, count_ptr, array_ptr, kind, struct):
-    now = sim.now()
-    pool = target.mig.processes(now) if target.mig else target.device.processes(now)
-    procs = [p for p in pool if p.get("type", "compute") == kind]
-    capacity = ctypes.c_uint.from_address(count_ptr).value
-    put_uint(count_ptr, len(procs))
-    if not procs:
-        return OK
-    if array_ptr is None or capacity < len(procs):
-        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-    for entry, proc in zip(array_at(struct, len(procs)).from_address(array_ptr), procs):
-        entry.pid = proc["pid"]
-        entry.usedGpuMemory = int(proc.get("memory_mib", 0) * MIB)
-        if hasattr(entry, "gpuInstanceId"):  # the v1 struct predates MIG
-            entry.gpuInstanceId = proc.get("gpu_instance_id", 0xFFFFFFFF)
-            entry.computeInstanceId = proc.get("compute_instance_id", 0xFFFFFFFF)
-    return OK
-
-
-def _process_query(name: str, kind: str, struct) -> None:
-    def query(sim, target, count_ptr, array_ptr):
-        return _processes(sim, target, count_ptr, array_ptr, kind, struct)
-
-    query.__name__ = name
-    nvml("hpp")(query)
-
-
-# Every version of the queries: the struct grew MIG instance IDs in _v2; _v3 kept _v2's layout.
-for _query, _kind in (("nvmlDeviceGetComputeRunningProcesses", "compute"),
-                      ("nvmlDeviceGetMPSComputeRunningProcesses", "mps")):
-    for _suffix, _struct in (("_v3", pynvml.c_nvmlProcessInfo_v2_t), ("_v2", pynvml.c_nvmlProcessInfo_v2_t),
-                             ("", ProcessInfoV1)):
-        _process_query(_query + _suffix, _kind, _struct)
-
-
-@nvml("hppU")
-def nvmlDeviceGetProcessUtilization(sim, target, samples_ptr, count_ptr, since_us):
-    now_us = int(sim.now() * 1e6)
-    busy = [(p, share) for p, share in target.device.process_shares(sim.now()) if share > 0]
-    if not busy or now_us <= since_us:
-        return pynvml.NVML_ERROR_NOT_FOUND
-    capacity = ctypes.c_uint.from_address(count_ptr).value
-    put_uint(count_ptr, len(busy))
-    if samples_ptr is None or capacity < len(busy):
-        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-    util = target.device.utilization(sim.now())
-    memory_share = target.device.spec.load.get("memory_bandwidth_share", 0.55)
-    samples = array_at(pynvml.c_nvmlProcessUtilizationSample_t, len(busy)).from_address(samples_ptr)
-    for sample, (proc, share) in zip(samples, busy):
-        sample.pid = proc["pid"]
-        sample.timeStamp = now_us
-        sample.smUtil = int(round(util * share))
-        sample.memUtil = int(round(util * share * memory_share))
-        sample.encUtil = int(target.device.spec.load.get("encoder", 0) * share * util / 100)
-        sample.decUtil = int(target.device.spec.load.get("decoder", 0) * share * util / 100)
     return OK

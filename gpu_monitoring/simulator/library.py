@@ -15,7 +15,13 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 import pynvml
 
-from . import device_functions, field_functions, gpm_functions, system_functions  # noqa: F401  (register symbols)
+from . import (  # noqa: F401  (register symbols)
+    device_functions,
+    field_functions,
+    gpm_functions,
+    process_functions,
+    system_functions,
+)
 from .abi import SYMBOLS, prototype
 from .clock import SimClock
 from .device_model import SimDevice, SimMigInstance
