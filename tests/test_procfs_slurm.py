@@ -97,13 +97,13 @@ def test_built_slurm_process_round_trips(tmp_path, version, nodename, step):
 def test_cgroup_v2_takes_the_processs_real_uid(tmp_path):
     proc_root = write_process(tmp_path, case="v2-step", uid=1003)
     assert real_uid(proc_root, PID) == 1003
-    assert ProcessOwners(proc_root).owner(PID).slurm.uid == 1003
+    assert ProcessOwners(proc_root).identify(PID).owner.slurm.uid == 1003
 
 
 def test_cgroup_v1_uid_is_the_paths(tmp_path):
     # The path names the job's user; a process that changed its own UID is still that user's job.
     proc_root = write_process(tmp_path, case="v1-interactive", uid=0)
-    assert ProcessOwners(proc_root).owner(PID).slurm.uid == 2101171
+    assert ProcessOwners(proc_root).identify(PID).owner.slurm.uid == 2101171
 
 
 JOB_ENV = {
@@ -115,7 +115,7 @@ JOB_ENV = {
 def test_readable_environment_names_the_job(tmp_path):
     proc_root = write_process(tmp_path, case="v2-step", environ=JOB_ENV)
     assert environment(proc_root, PID) == JOB_ENV  # split at the first "=" only
-    assert ProcessOwners(proc_root).owner(PID).slurm == SlurmJob(
+    assert ProcessOwners(proc_root).identify(PID).owner.slurm == SlurmJob(
         "3385", "0", OWN_UID, name="llama pretrain=v2", partition="gpu", account="nlp", user="alice"
     )
 
@@ -123,14 +123,14 @@ def test_readable_environment_names_the_job(tmp_path):
 @pytest.mark.parametrize("environ", [{}, {"PATH": "/usr/bin"}], ids=["empty", "no-slurm-variables"])
 def test_environment_without_the_variables_adds_nothing(tmp_path, environ):
     proc_root = write_process(tmp_path, case="v2-batch", environ=environ)
-    assert ProcessOwners(proc_root).owner(PID).slurm == SlurmJob("17", "batch", OWN_UID)
+    assert ProcessOwners(proc_root).identify(PID).owner.slurm == SlurmJob("17", "batch", OWN_UID)
 
 
 def test_missing_environ_is_quiet(tmp_path, caplog):
     proc_root = write_process(tmp_path, case="v2-step")
     os.remove(os.path.join(proc_root, str(PID), "environ"))
     with caplog.at_level(logging.DEBUG):
-        assert ProcessOwners(proc_root).owner(PID).slurm == SlurmJob("3385", "0", OWN_UID)
+        assert ProcessOwners(proc_root).identify(PID).owner.slurm == SlurmJob("3385", "0", OWN_UID)
     assert caplog.records == []
 
 
@@ -148,7 +148,7 @@ def test_unreadable_environ_leaves_the_tags_out_and_says_so_once(tmp_path, caplo
         unreadable_environ(proc_root, pid)
     owners = ProcessOwners(proc_root)
     with caplog.at_level(logging.INFO, logger="gpu_monitoring.collectors.owners"):
-        found = [owners.owner(pid) for pid in (PID, PID + 1)]
+        found = [owners.identify(pid).owner for pid in (PID, PID + 1)]
     assert [owner.slurm for owner in found] == [SlurmJob("3385", "0", OWN_UID)] * 2
     (record,) = caplog.records
     assert record.levelno == logging.INFO and "CAP_SYS_PTRACE" in record.getMessage()
@@ -160,38 +160,38 @@ def test_environ_of_another_user_is_a_permission_error(tmp_path):
     os.chmod(os.path.join(proc_root, str(PID), "environ"), 0)
     with pytest.raises(PermissionError):
         environment(proc_root, PID)
-    assert ProcessOwners(proc_root).owner(PID).slurm == SlurmJob("3385", "0", OWN_UID)
+    assert ProcessOwners(proc_root).identify(PID).owner.slurm == SlurmJob("3385", "0", OWN_UID)
 
 
 def test_owner_is_read_once_per_process(tmp_path):
     proc_root = write_process(tmp_path, case="v2-step", environ=JOB_ENV, start_time=1000)
     owners = ProcessOwners(proc_root)
-    first = owners.owner(PID)
+    first = owners.identify(PID).owner
     # The same process (pid and start time) is not read again: a changed file goes unseen.
     write_process(tmp_path, case="v2-batch", start_time=1000)
     owners.new_run()
-    assert owners.owner(PID) == first
+    assert owners.identify(PID).owner == first
     # The pid reused by a new process, in a directory of its own: read again.
     with open(os.path.join(SLURM_DATA, "v2-batch.cgroup"), encoding="utf-8") as f:
         cgroup = f.read()
     replace_process(tmp_path, {"pid": PID, "name": "python", "uid": OWN_UID, "cgroup": cgroup, "start_time": 2000})
     owners.new_run()
-    assert owners.owner(PID).slurm == SlurmJob("17", "batch", OWN_UID)
+    assert owners.identify(PID).owner.slurm == SlurmJob("17", "batch", OWN_UID)
 
 
 def test_without_a_start_time_the_owner_is_read_every_time(tmp_path):
     proc_root = write_process(tmp_path, case="v2-step")
     os.remove(os.path.join(proc_root, str(PID), "stat"))
     owners = ProcessOwners(proc_root)
-    assert owners.owner(PID).slurm.job_id == "3385"
+    assert owners.identify(PID).owner.slurm.job_id == "3385"
     write_process(tmp_path, case="v2-batch")
     os.remove(os.path.join(proc_root, str(PID), "stat"))
     owners.new_run()
-    assert owners.owner(PID).slurm.job_id == "17"
+    assert owners.identify(PID).owner.slurm.job_id == "17"
 
 
 def test_vanished_process_has_no_owner(tmp_path):
-    assert ProcessOwners(write_process(tmp_path, case="v2-step")).owner(PID + 1) is None
+    assert ProcessOwners(write_process(tmp_path, case="v2-step")).identify(PID + 1).owner is None
 
 
 def test_snapshot_without_slurm_still_loads():

@@ -61,18 +61,12 @@ class ProcessOwners:
         self._this_run = {}
 
     def identify(self, pid: int) -> Identity:
-        """Process `pid`'s name and owner, read once per run; raises as `process_stat` does."""
+        """Process `pid`'s name and owner, read once per run. Raises OSError as `process_stat` does;
+        an owner that cannot be read is the identity's `error`, its name kept."""
         found = self._this_run.get(pid)
         if found is None:
             found = self._this_run[pid] = self._identify(pid)
         return found
-
-    def owner(self, pid: int) -> Optional[ProcessOwner]:
-        """The owner of process `pid`, None when it exited; raises as `process_owner` does."""
-        identity = self.identify(pid)
-        if identity.error is not None:
-            raise identity.error
-        return identity.owner
 
     def _identify(self, pid: int) -> Identity:
         directory = process_directory(self.proc_root, pid)

@@ -99,15 +99,14 @@ class Processes(Collector):
         if self._owners is None:
             return
         try:
-            self._read_owner(process)
+            identity = self._owners.identify(process.pid)
         except OSError as e:
             self._faults.saw(fault_of(self.proc_root, process.pid, e))
-
-    def _read_owner(self, process: Process) -> None:
-        identity = self._owners.identify(process.pid)
-        process.name, owner = identity.name, identity.owner
+            return
+        process.name = identity.name
         if identity.error is not None:
-            raise identity.error
+            self._faults.saw(fault_of(self.proc_root, process.pid, identity.error))
+        owner = identity.owner
         if owner is not None:
             process.container_id, process.pod_uid, process.slurm = owner.container_id, owner.pod_uid, owner.slurm
 
