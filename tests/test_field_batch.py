@@ -4,7 +4,7 @@ nvmlValue_t union decodes to what pynvml's own structure reads from the same mem
 import pynvml
 import pytest
 
-from gpu_monitoring.nvml import fields
+from gpu_monitoring.nvml import fields, readings
 
 CASES = [
     (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", [0.0, 1.5, -273.15, 1e300]),
@@ -28,3 +28,44 @@ def test_every_value_type_decodes_as_pynvml_reads_it(value_type, member, numbers
     decoded = [fields._DECODE[row[4]](row[6]) for row in unpacked]
     assert decoded == [getattr(entry.value, member) for entry in entries] == numbers
     assert [row[2] for row in unpacked] == [7] * len(numbers)
+
+
+def pynvml_reads(device, keys):
+    """What pynvml's own binding reads for `keys` now: {key: value} of the entries that answered."""
+    entries = pynvml.nvmlDeviceGetFieldValues(device.handle, [(readings.READINGS[n].field_id, s) for n, s in keys])
+    members = {value_type: member for value_type, member, _ in CASES}
+    return {key: getattr(entry.value, members[entry.valueType])
+            for key, entry in zip(keys, entries) if entry.nvmlReturn == pynvml.NVML_SUCCESS}
+
+
+def collector_and_device(node, scenario="dgx-h100"):
+    simulated = node(scenario).run(2)
+    collector = simulated.check.source.collector
+    device = collector.session.devices[0]
+    return simulated, device, device.static("wanted_fields", None)
+
+
+def test_steady_runs_read_what_pynvml_reads(node):
+    """Once every entry answered, a run reads the values back without decoding entry by entry: the
+    answers, of both value types the simulated driver writes, stay what pynvml reads at that instant."""
+    simulated, device, wanted = collector_and_device(node)
+    keys = sorted(wanted)
+    for _ in range(4):
+        simulated.sim.advance(15)
+        for entry in device.field_batch.entries:
+            entry.value.ullVal = 0xDEADBEEFCAFEF00D  # what a driver writing a narrower member leaves
+        assert readings.read(device, wanted) == pynvml_reads(device, keys)
+    assert device.field_batch.answered is not None
+    assert device.field_batch.decoders, "no entry needed decoding: the test would prove nothing"
+
+
+def test_an_entry_that_stops_answering_leaves_the_batch_and_the_rest_read_on(node):
+    simulated, device, wanted = collector_and_device(node)
+    simulated.sim.scenario.refused_fields.add(pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    simulated.sim.advance(15)
+    found = readings.read(device, wanted)
+    assert ("memory_temperature", 0) not in found
+    assert found == pynvml_reads(device, sorted(wanted))
+    simulated.sim.advance(15)
+    assert readings.read(device, wanted) == pynvml_reads(device, sorted(wanted - {("memory_temperature", 0)}))
+    assert ("memory_temperature", 0) not in device.field_batch.keys

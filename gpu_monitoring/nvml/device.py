@@ -11,19 +11,13 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pynvml
 
-from . import fallbacks, fields, processes, readings
+from . import fallbacks, fields, processes, queries, readings
 from .errors import CannotAnswer, GpuLost, NoNewSamples, NvmlUninitialized
 from .fields import FieldKey
 from .listing import Room
 
 log = logging.getLogger(__name__)
 
-CLOCKS = {
-    "sm": pynvml.NVML_CLOCK_SM,
-    "memory": pynvml.NVML_CLOCK_MEM,
-    "graphics": pynvml.NVML_CLOCK_GRAPHICS,
-    "video": pynvml.NVML_CLOCK_VIDEO,
-}
 CLOCK_EVENT_REASONS = {
     "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
     "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
@@ -70,6 +64,7 @@ class Device:
         self.field_batch: Optional[fields.Batch] = None  # the array the batch hands NVML each run
         self._static: Dict[str, Any] = {}
         self._rooms: Dict[str, Room] = {}  # array size per query that fills one (nvml.listing)
+        self._bound: Dict[queries.Query, queries.Bound] = {}  # prepared queries asked so far
         self.fields_timestamp_us = 0  # when NVML took the last batch of field values
         self._children: Dict[int, Device] = {}
 
@@ -91,17 +86,53 @@ class Device:
             raise CannotAnswer(f"{function} is not available on {self!r}")
         try:
             return (_BINDINGS.get(function) or getattr(pynvml, function))(self.handle, *args)
-        except _LOST as e:
-            raise GpuLost(f"{function}: {e}") from e
-        except pynvml.NVMLError_Uninitialized as e:
-            raise NvmlUninitialized(f"{function}: {e}") from e
-        except pynvml.NVMLError_NotFound as e:
-            raise NoNewSamples(f"{function}: {e}") from e
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as e:
-            permanent = isinstance(e, _REFUSED_FOR_GOOD) or isinstance(e, pynvml.NVMLLibraryMismatchError)
-            if permanent or (self.is_mig and isinstance(e, pynvml.NVMLError_InvalidArgument)):
-                self._refuse(key, e)
-            raise CannotAnswer(f"{function}: {e}") from e
+            raise self._failure(key, e) from e
+
+    def read(self, query: queries.Query) -> Any:
+        """The answer to a prepared query (nvml.queries), bound to this device when first asked;
+        refusals and failures are treated as Device.call treats them."""
+        bound = self._bound.get(query)
+        if bound is None:
+            bound = self._bind(query)
+        status = bound.c_function(*bound.argv)
+        if status:
+            error = pynvml.NVMLError(status)
+            raise self._failure(query.key, error) from error
+        return bound.value(*bound.outputs)
+
+    def read_first(self, *candidates: queries.Query) -> Any:
+        """The answer of the first query the device serves; newer symbols first."""
+        for query in candidates:
+            try:
+                return self.read(query)
+            except CannotAnswer:
+                if query.key not in self._refused:
+                    raise
+        raise CannotAnswer(f"none of {', '.join(q.function for q in candidates)} is available on {self!r}")
+
+    def _bind(self, query: queries.Query) -> queries.Bound:
+        if query.key in self._refused:
+            raise CannotAnswer(f"{query.function} is not available on {self!r}")
+        try:
+            bound = self._bound[query] = queries.Bound(query, self.handle)
+        except pynvml.NVMLError as e:
+            raise self._failure(query.key, e) from e
+        return bound
+
+    def _failure(self, key: Tuple, error: Exception) -> Exception:
+        """What a failed call raises; a refusal for good is remembered first."""
+        function = key[0]
+        if isinstance(error, _LOST):
+            return GpuLost(f"{function}: {error}")
+        if isinstance(error, pynvml.NVMLError_Uninitialized):
+            return NvmlUninitialized(f"{function}: {error}")
+        if isinstance(error, pynvml.NVMLError_NotFound):
+            return NoNewSamples(f"{function}: {error}")
+        permanent = isinstance(error, (*_REFUSED_FOR_GOOD, pynvml.NVMLLibraryMismatchError))
+        if permanent or (self.is_mig and isinstance(error, pynvml.NVMLError_InvalidArgument)):
+            self._refuse(key, error)
+        return CannotAnswer(f"{function}: {error}")
 
     def call_first(self, *calls: Tuple) -> Any:
         """The answer of the first call (function, *args) the device serves; newer symbols first."""
@@ -121,6 +152,7 @@ class Device:
 
     def _refuse(self, key: Tuple, error: Exception) -> None:
         self._refused.add(key)
+        self._bound = {query: bound for query, bound in self._bound.items() if query.key != key}
         if isinstance(error, pynvml.NVMLError_NoPermission):
             self._denied.add(key[0])
         log.debug("%r: %s answered %s; not asking again until NVML restarts", self, key[0], error)
@@ -167,31 +199,28 @@ class Device:
     # --- activity ---------------------------------------------------------------------
 
     def utilization_rates(self) -> Tuple[int, int]:
-        rates = self.call("nvmlDeviceGetUtilizationRates")
-        return rates.gpu, rates.memory
+        return self.read(queries.UTILIZATION)
 
     def encoder_utilization(self) -> int:
-        return self.call("nvmlDeviceGetEncoderUtilization")[0]
+        return self.read(queries.ENCODER)
 
     def decoder_utilization(self) -> int:
-        return self.call("nvmlDeviceGetDecoderUtilization")[0]
+        return self.read(queries.DECODER)
 
     # --- memory -----------------------------------------------------------------------
 
     def memory_info(self) -> Dict[str, Optional[int]]:
         """total/used/free/reserved in bytes; reserved is None where only the v1 query exists."""
-        info = self.call_first(("nvmlDeviceGetMemoryInfo", pynvml.nvmlMemory_v2), ("nvmlDeviceGetMemoryInfo",))
-        reserved = getattr(info, "reserved", None)
-        return {"total": info.total, "used": info.used, "free": info.free, "reserved": reserved}
+        total, used, free, reserved = self.read_first(*queries.MEMORY)
+        return {"total": total, "used": used, "free": free, "reserved": reserved}
 
     def bar1_memory_info(self) -> Tuple[int, int]:
-        info = self.call("nvmlDeviceGetBAR1MemoryInfo")
-        return info.bar1Total, info.bar1Used
+        return self.read(queries.BAR1)
 
     # --- thermal and power ------------------------------------------------------------
 
     def temperature(self) -> int:
-        return self.call("nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
+        return self.read(queries.TEMPERATURE)
 
     @property
     def slowdown_temperature(self) -> Optional[int]:
@@ -201,28 +230,27 @@ class Device:
         )
 
     def fan_speed(self) -> int:
-        return self.call("nvmlDeviceGetFanSpeed")
+        return self.read(queries.FAN_SPEED)
 
     # --- clocks -----------------------------------------------------------------------
 
     def clock_mhz(self, kind: str) -> int:
-        return self.call("nvmlDeviceGetClockInfo", CLOCKS[kind])
+        return self.read(queries.CLOCK[kind])
 
     def max_clock_mhz(self, kind: str) -> Optional[int]:
-        return self.static(f"max_clock_{kind}", lambda: self.call("nvmlDeviceGetMaxClockInfo", CLOCKS[kind]))
+        clock = queries.CLOCK_TYPES[kind]
+        return self.static(f"max_clock_{kind}", lambda: self.call("nvmlDeviceGetMaxClockInfo", clock))
 
     def performance_state(self) -> int:
-        return self.call("nvmlDeviceGetPerformanceState")
+        return self.read(queries.PERFORMANCE_STATE)
 
     def clock_event_reasons(self) -> int:
-        return self.call_first(
-            ("nvmlDeviceGetCurrentClocksEventReasons",), ("nvmlDeviceGetCurrentClocksThrottleReasons",)
-        )
+        return self.read_first(*queries.CLOCK_EVENT_REASONS)
 
     # --- PCIe ---------------------------------------------------------------------------
 
     def pcie_link(self) -> Tuple[int, int]:
-        return self.call("nvmlDeviceGetCurrPcieLinkGeneration"), self.call("nvmlDeviceGetCurrPcieLinkWidth")
+        return self.read(queries.PCIE_GENERATION), self.read(queries.PCIE_WIDTH)
 
     @property
     def pcie_link_max(self) -> Tuple[Optional[int], Optional[int]]:
@@ -241,7 +269,7 @@ class Device:
     # --- MIG ----------------------------------------------------------------------------
 
     def mig_enabled(self) -> bool:
-        current, _pending = self.call("nvmlDeviceGetMigMode")
+        current, _pending = self.read(queries.MIG_MODE)
         return current == pynvml.NVML_DEVICE_MIG_ENABLE
 
     def mig_devices(self) -> List["Device"]:

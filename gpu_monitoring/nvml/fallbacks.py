@@ -2,16 +2,19 @@
 
 A reader takes a device and a scope (0, or the link number of a per-link value) and returns
 what it read by value name; one call may serve several names (nvmlDeviceGetRemappedRows gives
-four). Readers go through Device.call, so a function NVML refuses for good is not called again,
+four). Readers go through Device.read or Device.call, so a function NVML refuses for good is not called again,
 and GpuLost goes up as from any other call.
 """
 
+import ctypes
+import functools
 from typing import TYPE_CHECKING, Callable, Dict
 
 import pynvml
 
 from . import listing
 from .errors import CannotAnswer
+from .queries import Query, scalar
 
 if TYPE_CHECKING:
     from .device import Device
@@ -19,31 +22,42 @@ if TYPE_CHECKING:
 Reader = Callable[["Device", int], Dict[str, float]]
 
 
-def _single(name: str, function: str, *args: int) -> Reader:
+def _single(name: str, query: Query) -> Reader:
     def reader(device: "Device", scope: int) -> Dict[str, float]:
-        return {name: device.call(function, *args)}
+        return {name: device.read(query)}
 
     return reader
 
 
-energy = _single("energy_mj", "nvmlDeviceGetTotalEnergyConsumption")
-power = _single("power_mw", "nvmlDeviceGetPowerUsage")
-power_limit = _single("power_limit_mw", "nvmlDeviceGetEnforcedPowerLimit")
-pcie_replay = _single("pcie_replay", "nvmlDeviceGetPcieReplayCounter")
-ecc_corrected = _single("ecc_corrected", "nvmlDeviceGetTotalEccErrors",
-                        pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC)
-ecc_uncorrected = _single("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors",
-                          pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+energy = _single("energy_mj", scalar("nvmlDeviceGetTotalEnergyConsumption", output=ctypes.c_ulonglong))
+power = _single("power_mw", scalar("nvmlDeviceGetPowerUsage"))
+power_limit = _single("power_limit_mw", scalar("nvmlDeviceGetEnforcedPowerLimit"))
+pcie_replay = _single("pcie_replay", scalar("nvmlDeviceGetPcieReplayCounter"))
+ecc_corrected = _single("ecc_corrected", scalar(
+    "nvmlDeviceGetTotalEccErrors", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC,
+    output=ctypes.c_ulonglong))
+ecc_uncorrected = _single("ecc_uncorrected", scalar(
+    "nvmlDeviceGetTotalEccErrors", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC,
+    output=ctypes.c_ulonglong))
 # The pages' count (one call, see BINDINGS), which is what the fields give, not their addresses.
-retired_single_bit = _single("retired_single_bit", "nvmlDeviceGetRetiredPages",
-                             pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-retired_double_bit = _single("retired_double_bit", "nvmlDeviceGetRetiredPages",
-                             pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-retired_pending = _single("retired_pending", "nvmlDeviceGetRetiredPagesPendingStatus")
+def _retired(name: str, cause: int) -> Reader:
+    def reader(device: "Device", scope: int) -> Dict[str, float]:
+        return {name: device.call("nvmlDeviceGetRetiredPages", cause)}
+
+    return reader
+
+
+retired_single_bit = _retired("retired_single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+retired_double_bit = _retired("retired_double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+retired_pending = _single("retired_pending", scalar("nvmlDeviceGetRetiredPagesPendingStatus"))
+
+_REMAPPED_ROWS = Query("nvmlDeviceGetRemappedRows", [ctypes.c_uint] * 4, lambda *rows: [row.value for row in rows])
+_PCIE_TX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES)
+_PCIE_RX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
 
 
 def remapped_rows(device: "Device", scope: int) -> Dict[str, float]:
-    correctable, uncorrectable, pending, failed = device.call("nvmlDeviceGetRemappedRows")
+    correctable, uncorrectable, pending, failed = device.read(_REMAPPED_ROWS)
     return {"remapped_correctable": correctable, "remapped_uncorrectable": uncorrectable,
             "remapped_pending": pending, "remapped_failed": failed}
 
@@ -51,13 +65,24 @@ def remapped_rows(device: "Device", scope: int) -> Dict[str, float]:
 def pcie_throughput(device: "Device", scope: int) -> Dict[str, float]:
     """KiB/s sampled over 20 ms per direction: a rate, not the byte counters the fields give, so
     under names of its own for the collector to tell apart. RX is not asked where TX is refused."""
-    tx = device.call("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES)
-    rx = device.call("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
+    tx = device.read(_PCIE_TX)
+    rx = device.read(_PCIE_RX)
     return {"pcie_tx_kib_per_s": tx, "pcie_rx_kib_per_s": rx}
 
 
+# One query per link (and counter), made when first asked: up to NVML_NVLINK_MAX_LINKS of each.
+@functools.cache
+def _link_state(link: int) -> Query:
+    return scalar("nvmlDeviceGetNvLinkState", link)
+
+
+@functools.cache
+def _link_errors(link: int, counter: int) -> Query:
+    return scalar("nvmlDeviceGetNvLinkErrorCounter", link, counter, output=ctypes.c_ulonglong)
+
+
 def nvlink_state(device: "Device", link: int) -> Dict[str, float]:
-    return {"nvlink_state": device.call("nvmlDeviceGetNvLinkState", link)}
+    return {"nvlink_state": device.read(_link_state(link))}
 
 
 def nvlink_link_count(device: "Device", scope: int) -> Dict[str, float]:
@@ -66,7 +91,7 @@ def nvlink_link_count(device: "Device", scope: int) -> Dict[str, float]:
     links = 0
     while links < pynvml.NVML_NVLINK_MAX_LINKS:
         try:
-            device.call("nvmlDeviceGetNvLinkState", links)
+            device.read(_link_state(links))
         except CannotAnswer:
             break
         links += 1
@@ -80,7 +105,7 @@ def _nvlink_errors(name: str, counter: int) -> Reader:
         answered = []
         for link in range(device.nvlink_count):
             try:
-                answered.append(device.call("nvmlDeviceGetNvLinkErrorCounter", link, counter))
+                answered.append(device.read(_link_errors(link, counter)))
             except CannotAnswer:
                 # A link that never counts is left out; one that failed this time fails the total,
                 # which would otherwise drop and come back, and read as a counter reset.

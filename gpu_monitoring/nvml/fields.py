@@ -12,12 +12,13 @@ an H100 (18 NVLink links) was the largest CPU cost a run had outside the driver.
 import ctypes
 import logging
 import struct
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 import pynvml
 
 from . import listing
 from .errors import CannotAnswer, GpuLost
+from .queries import plain
 
 if TYPE_CHECKING:
     from .device import Device
@@ -35,6 +36,7 @@ _FIELD_REFUSED = {
 # One entry of the array as bytes: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn,
 # and the 8-byte value union read as an unsigned integer, which the value type then reinterprets.
 _ENTRY = struct.Struct("=IIqqIIQ")
+_WORDS = _ENTRY.size // 8
 _DOUBLE = struct.Struct("=d")
 _SUCCESS = pynvml.NVML_SUCCESS
 _UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
@@ -55,12 +57,7 @@ _DECODE: Dict[int, Callable[[int], float]] = {
 }
 
 
-class FieldValue(ctypes.Structure):
-    """nvmlFieldValue_t, laid out as pynvml lays it out, without its per-attribute Python hooks."""
-
-    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
-
-
+FieldValue = plain(pynvml.c_nvmlFieldValue_t)
 assert ctypes.sizeof(FieldValue) == _ENTRY.size, "nvmlFieldValue_t is not laid out as expected"
 
 
@@ -75,6 +72,13 @@ class Batch:
         self.entries = listing.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
             entry.fieldId, entry.scopeId = field_id(key), key[1]
+        # The entries as 64-bit words, five per entry: ids, timestamp, latency, type and status, value.
+        self.words = memoryview(self.entries).cast("B").cast("Q")
+        self.timestamps = memoryview(self.entries).cast("B").cast("q")[1::_WORDS]
+        # Each entry's type-and-status word when every entry last answered, and where those types
+        # need decoding: while they stay the same, a run decodes only those entries.
+        self.answered: Optional[list] = None
+        self.decoders: Tuple[Tuple[int, Callable[[int], float]], ...] = ()
 
     def serves(self, wanted: FrozenSet[FieldKey], device: "Device") -> bool:
         return wanted is self.wanted and self.refusals == len(device.refused_fields)
@@ -93,17 +97,36 @@ def request(
         device.call("nvmlDeviceGetFieldValues", batch.entries)
     except CannotAnswer:
         return {}
+    if batch.words[3::_WORDS].tolist() != batch.answered:
+        return _decode_each(device, batch)
+    raw = batch.words[4::_WORDS].tolist()
+    values = dict(zip(batch.keys, raw))
+    for index, decode in batch.decoders:
+        values[batch.keys[index]] = decode(raw[index])
+    device.fields_timestamp_us = max(device.fields_timestamp_us, max(batch.timestamps))
+    return values
+
+
+def _decode_each(device: "Device", batch: Batch) -> Dict[FieldKey, float]:
+    """Entry by entry: statuses, refusals and value types as they come; remembers the layout when all answered."""
     values = {}
+    decoders = []
     newest = device.fields_timestamp_us
-    for key, (_, _, timestamp, _, value_type, status, raw) in zip(batch.keys, _ENTRY.iter_unpack(batch.entries)):
-        if status == _SUCCESS:
-            # Most fields are 64-bit counters, which need no decoding.
-            values[key] = raw if value_type == _UNSIGNED_LONG_LONG else _DECODE.get(value_type, int)(raw)
-            if timestamp > newest:
-                newest = timestamp
-        else:
+    entries = _ENTRY.iter_unpack(batch.entries)
+    for index, (key, (_, _, timestamp, _, value_type, status, raw)) in enumerate(zip(batch.keys, entries)):
+        if status != _SUCCESS:
             _failed(device, key, status)
+            continue
+        # Most fields are 64-bit counters, which need no decoding.
+        if value_type != _UNSIGNED_LONG_LONG:
+            decode = _DECODE.get(value_type, int)
+            decoders.append((index, decode))
+            raw = decode(raw)
+        values[key] = raw
+        newest = max(newest, timestamp)
     device.fields_timestamp_us = newest
+    if len(values) == len(batch.keys):
+        batch.answered, batch.decoders = batch.words[3::_WORDS].tolist(), tuple(decoders)
     return values
 
 

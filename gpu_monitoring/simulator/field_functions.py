@@ -46,6 +46,20 @@ PER_LINK_THROUGHPUT = {
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
 }
+# Values whose dedicated function answers an unsigned int are written as one (uiVal), the rest as
+# 64-bit counters: the check must read each member the value type names.
+UNSIGNED_INT_FIELDS = {
+    pynvml.NVML_FI_DEV_MEMORY_TEMP,
+    pynvml.NVML_FI_DEV_POWER_AVERAGE,
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+    pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
+    pynvml.NVML_FI_DEV_REMAPPED_COR,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+    pynvml.NVML_FI_DEV_RETIRED_PENDING,
+}
 # The power fields (185-192) came with NVML 12: older drivers do not know them.
 POWER_FIELDS_SINCE_DRIVER = 525
 
@@ -71,6 +85,9 @@ def nvmlDeviceGetFieldValues(sim, target, count, array):
         if isinstance(value, float):
             entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
             entry.value.dVal = value
+        elif entry.fieldId in UNSIGNED_INT_FIELDS:
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            entry.value.uiVal = value
         else:
             entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             entry.value.ullVal = value

@@ -178,9 +178,10 @@ class SimulatedNvml:
 
     def _entry(self, name: str, symbol):
         def call(*args):
+            # Timed from the callback's first line: the lock and the count are the simulator's too.
+            started = time.thread_time()
             with self._lock:
                 self.calls[name] += 1
-                started = time.thread_time()
                 try:
                     self._fire_due_faults()
                     return self._dispatch(name, symbol, args)
