@@ -5,19 +5,18 @@ from typing import Dict, Optional, Tuple
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..nvml.gpm import GpmSampler
-from .base import Collector, Fields, read, sample_key
+from .base import Collector, Fields, put, sample_key
 
 
 class Utilization(Collector):
     name = "utilization"
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        try:
-            out.metrics["utilization.gpu"], out.metrics["utilization.memory"] = device.utilization_rates()
-        except CannotAnswer:
-            pass
-        read(out.metrics, "utilization.encoder", device.encoder_utilization)
-        read(out.metrics, "utilization.decoder", device.decoder_utilization)
+        rates = device.utilization_rates()
+        if rates is not None:
+            out.metrics["utilization.gpu"], out.metrics["utilization.memory"] = rates
+        put(out.metrics, "utilization.encoder", device.encoder_utilization())
+        put(out.metrics, "utilization.decoder", device.decoder_utilization())
 
 
 class Gpm(Collector):

@@ -1,9 +1,8 @@
-"""What every collector shares: the interface and a guarded read of one value."""
+"""What every collector shares: the interface, storing a value the device may not give, counter rates."""
 
-from typing import Callable, Dict, Hashable, Iterable, Optional, Tuple
+from typing import Dict, Hashable, Iterable, Optional, Tuple
 
 from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
 from ..nvml.fields import FieldKey
 
 Fields = Dict[FieldKey, float]
@@ -34,14 +33,10 @@ def sample_key(device: Device) -> Tuple[int, Optional[int]]:
     return physical.index, device.gpu_instance_id if device.is_mig else None
 
 
-def read(metrics: Dict[str, float], name: str, value: Callable[[], Optional[float]]) -> None:
-    """Store value() under name unless the device can't answer; GpuLost propagates."""
-    try:
-        result = value()
-    except CannotAnswer:
-        return
-    if result is not None:
-        metrics[name] = result
+def put(metrics: Dict[str, float], name: str, value: Optional[float]) -> None:
+    """Store value under name unless the device gave none."""
+    if value is not None:
+        metrics[name] = value
 
 
 def copy_fields(metrics: Dict[str, float], fields: Fields, names: Dict[str, str]) -> None:

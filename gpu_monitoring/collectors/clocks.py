@@ -2,10 +2,14 @@
 
 from ..nvml.device import CLOCK_EVENT_REASONS as REASONS
 from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
-from .base import Collector, Fields, read
+from ..nvml.queries import CLOCK_TYPES
+from .base import Collector, Fields, put
 
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]
+THROTTLING = sum(REASONS.values()) & ~NOT_THROTTLING
+CLOCK_METRICS = {kind: f"clock.{kind}" for kind in CLOCK_TYPES}
+MAX_CLOCK_METRICS = {kind: f"clock.{kind}.max" for kind in ("sm", "memory")}
+REASON_METRICS = {f"clocks_event.{name}": bit for name, bit in REASONS.items()}
 
 
 class Clocks(Collector):
@@ -13,15 +17,14 @@ class Clocks(Collector):
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         m = out.metrics
-        for kind in ("sm", "memory", "graphics", "video"):
-            read(m, f"clock.{kind}", lambda k=kind: device.clock_mhz(k))
-        for kind in ("sm", "memory"):
-            read(m, f"clock.{kind}.max", lambda k=kind: device.max_clock_mhz(k))
-        read(m, "performance_state", device.performance_state)
-        try:
-            reasons = device.clock_event_reasons()
-        except CannotAnswer:
+        for kind, metric in CLOCK_METRICS.items():
+            put(m, metric, device.clock_mhz(kind))
+        for kind, metric in MAX_CLOCK_METRICS.items():
+            put(m, metric, device.max_clock_mhz(kind))
+        put(m, "performance_state", device.performance_state())
+        reasons = device.clock_event_reasons()
+        if reasons is None:
             return
-        for name, bit in REASONS.items():
-            m[f"clocks_event.{name}"] = int(bool(reasons & bit))
-        m["throttled"] = int(bool(reasons & ~NOT_THROTTLING & sum(REASONS.values())))
+        for metric, bit in REASON_METRICS.items():
+            m[metric] = 1 if reasons & bit else 0
+        m["throttled"] = 1 if reasons & THROTTLING else 0

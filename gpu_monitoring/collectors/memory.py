@@ -1,22 +1,17 @@
 """Framebuffer and BAR1 memory."""
 
 from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
-from .base import Collector, Fields
+from .base import Collector, Fields, put
+
+METRICS = {key: f"memory.{key}" for key in ("total", "used", "free", "reserved")}
 
 
 class Memory(Collector):
     name = "memory"
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        try:
-            info = device.memory_info()
-        except CannotAnswer:
-            info = {}
-        for key, value in info.items():
-            if value is not None:
-                out.metrics[f"memory.{key}"] = value
-        try:
-            out.metrics["memory.bar1.total"], out.metrics["memory.bar1.used"] = device.bar1_memory_info()
-        except CannotAnswer:
-            pass
+        for key, value in device.memory_info().items():
+            put(out.metrics, METRICS[key], value)
+        bar1 = device.bar1_memory_info()
+        if bar1 is not None:
+            out.metrics["memory.bar1.total"], out.metrics["memory.bar1.used"] = bar1

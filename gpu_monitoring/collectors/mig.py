@@ -4,7 +4,6 @@ import re
 from typing import List, Optional
 
 from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
 from ..snapshot import MigInstance
 from .base import Collector, Fields
 
@@ -18,9 +17,8 @@ class Mig(Collector):
         self.instance_collectors = instance_collectors
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        try:
-            enabled = device.mig_enabled()
-        except CannotAnswer:
+        enabled = device.mig_enabled()
+        if enabled is None:
             return
         out.metrics["mig.enabled"] = int(enabled)
         out.mig_enabled = enabled

@@ -1,8 +1,7 @@
 """PCIe throughput, replays and link training."""
 
 from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
-from .base import Collector, CounterRates, Fields, copy_fields, read
+from .base import Collector, CounterRates, Fields, copy_fields, put
 
 BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]
 SAMPLED_KIB_PER_S = [("pcie_tx_kib_per_s", 0), ("pcie_rx_kib_per_s", 0)]
@@ -24,13 +23,12 @@ class Pcie(Collector):
     def collect(self, device: Device, fields: Fields, out) -> None:
         m = out.metrics
         self._throughput(device, fields, m)
-        try:
-            m["pcie.link.generation"], m["pcie.link.width"] = device.pcie_link()
-        except CannotAnswer:
-            pass
+        generation, width = device.pcie_link()
+        put(m, "pcie.link.generation", generation)
+        put(m, "pcie.link.width", width)
         generation, width = device.pcie_link_max
-        read(m, "pcie.link.generation.max", lambda: generation)
-        read(m, "pcie.link.width.max", lambda: width)
+        put(m, "pcie.link.generation.max", generation)
+        put(m, "pcie.link.width.max", width)
         copy_fields(m, fields, {"pcie_replay": "pcie.replay_errors"})
 
     def _throughput(self, device: Device, fields: Fields, m) -> None:

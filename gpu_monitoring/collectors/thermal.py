@@ -1,7 +1,7 @@
 """Temperatures, fans, power and energy."""
 
 from ..nvml.device import Device
-from .base import Collector, Fields, copy_fields, read
+from .base import Collector, Fields, copy_fields, put
 
 # Readings NVML gives in thousandths (mJ, mW) of what the metrics submit.
 THOUSANDTHS = {"energy_mj": "energy.consumed", "power_mw": "power.usage", "power_limit_mw": "power.limit"}
@@ -15,9 +15,9 @@ class Thermal(Collector):
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         m = out.metrics
-        read(m, "temperature", device.temperature)
-        read(m, "temperature.slowdown_threshold", lambda: device.slowdown_temperature)
-        read(m, "fan.speed", device.fan_speed)
+        put(m, "temperature", device.temperature())
+        put(m, "temperature.slowdown_threshold", device.slowdown_temperature)
+        put(m, "fan.speed", device.fan_speed())
         copy_fields(m, fields, {"memory_temperature": "temperature.memory"})
         for key, metric in THOUSANDTHS.items():
             if (key, 0) in fields:

@@ -89,36 +89,44 @@ class Device:
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as e:
             raise self._failure(key, e) from e
 
-    def read(self, query: queries.Query) -> Any:
-        """The answer to a prepared query (nvml.queries), bound to this device when first asked;
-        refusals and failures are treated as Device.call treats them."""
+    def read(self, query: queries.Query) -> Optional[Any]:
+        """The answer to a prepared query (nvml.queries), bound to this device when first asked; None
+        where the device cannot answer: refused for good (then never asked again, as Device.call
+        remembers) or failing this time. A lost GPU or NVML goes up as from Device.call."""
         bound = self._bound.get(query)
         if bound is None:
             bound = self._bind(query)
+            if bound is None:
+                return None
         status = bound.c_function(*bound.argv)
         if status:
-            error = pynvml.NVMLError(status)
-            raise self._failure(query.key, error) from error
+            self._failed(query.key, pynvml.NVMLError(status))
+            return None
         return bound.value(*bound.outputs)
 
-    def read_first(self, *candidates: queries.Query) -> Any:
-        """The answer of the first query the device serves; newer symbols first."""
+    def read_first(self, *candidates: queries.Query) -> Optional[Any]:
+        """The answer of the first query the device has not refused for good; newer symbols first."""
         for query in candidates:
-            try:
-                return self.read(query)
-            except CannotAnswer:
-                if query.key not in self._refused:
-                    raise
-        raise CannotAnswer(f"none of {', '.join(q.function for q in candidates)} is available on {self!r}")
+            answer = self.read(query)
+            if answer is not None or query.key not in self._refused:
+                return answer
+        return None
 
-    def _bind(self, query: queries.Query) -> queries.Bound:
+    def _bind(self, query: queries.Query) -> Optional[queries.Bound]:
         if query.key in self._refused:
-            raise CannotAnswer(f"{query.function} is not available on {self!r}")
+            return None
         try:
             bound = self._bound[query] = queries.Bound(query, self.handle)
         except pynvml.NVMLError as e:
-            raise self._failure(query.key, e) from e
+            self._failed(query.key, e)
+            return None
         return bound
+
+    def _failed(self, key: Tuple, error: Exception) -> None:
+        """A failure that costs only this answer passes; one that costs the GPU or NVML goes up."""
+        failure = self._failure(key, error)
+        if not isinstance(failure, CannotAnswer):
+            raise failure from error
 
     def _failure(self, key: Tuple, error: Exception) -> Exception:
         """What a failed call raises; a refusal for good is remembered first."""
@@ -198,28 +206,33 @@ class Device:
 
     # --- activity ---------------------------------------------------------------------
 
-    def utilization_rates(self) -> Tuple[int, int]:
+    # Values read every run are None where the GPU cannot give them (Device.read).
+
+    def utilization_rates(self) -> Optional[Tuple[int, int]]:
         return self.read(queries.UTILIZATION)
 
-    def encoder_utilization(self) -> int:
+    def encoder_utilization(self) -> Optional[int]:
         return self.read(queries.ENCODER)
 
-    def decoder_utilization(self) -> int:
+    def decoder_utilization(self) -> Optional[int]:
         return self.read(queries.DECODER)
 
     # --- memory -----------------------------------------------------------------------
 
     def memory_info(self) -> Dict[str, Optional[int]]:
-        """total/used/free/reserved in bytes; reserved is None where only the v1 query exists."""
-        total, used, free, reserved = self.read_first(*queries.MEMORY)
+        """total/used/free/reserved in bytes (empty if unanswered); reserved is None where only the v1 query exists."""
+        answer = self.read_first(*queries.MEMORY)
+        if answer is None:
+            return {}
+        total, used, free, reserved = answer
         return {"total": total, "used": used, "free": free, "reserved": reserved}
 
-    def bar1_memory_info(self) -> Tuple[int, int]:
+    def bar1_memory_info(self) -> Optional[Tuple[int, int]]:
         return self.read(queries.BAR1)
 
     # --- thermal and power ------------------------------------------------------------
 
-    def temperature(self) -> int:
+    def temperature(self) -> Optional[int]:
         return self.read(queries.TEMPERATURE)
 
     @property
@@ -229,27 +242,27 @@ class Device:
             lambda: self.call("nvmlDeviceGetTemperatureThreshold", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         )
 
-    def fan_speed(self) -> int:
+    def fan_speed(self) -> Optional[int]:
         return self.read(queries.FAN_SPEED)
 
     # --- clocks -----------------------------------------------------------------------
 
-    def clock_mhz(self, kind: str) -> int:
+    def clock_mhz(self, kind: str) -> Optional[int]:
         return self.read(queries.CLOCK[kind])
 
     def max_clock_mhz(self, kind: str) -> Optional[int]:
         clock = queries.CLOCK_TYPES[kind]
         return self.static(f"max_clock_{kind}", lambda: self.call("nvmlDeviceGetMaxClockInfo", clock))
 
-    def performance_state(self) -> int:
+    def performance_state(self) -> Optional[int]:
         return self.read(queries.PERFORMANCE_STATE)
 
-    def clock_event_reasons(self) -> int:
+    def clock_event_reasons(self) -> Optional[int]:
         return self.read_first(*queries.CLOCK_EVENT_REASONS)
 
     # --- PCIe ---------------------------------------------------------------------------
 
-    def pcie_link(self) -> Tuple[int, int]:
+    def pcie_link(self) -> Tuple[Optional[int], Optional[int]]:
         return self.read(queries.PCIE_GENERATION), self.read(queries.PCIE_WIDTH)
 
     @property
@@ -268,9 +281,9 @@ class Device:
 
     # --- MIG ----------------------------------------------------------------------------
 
-    def mig_enabled(self) -> bool:
-        current, _pending = self.read(queries.MIG_MODE)
-        return current == pynvml.NVML_DEVICE_MIG_ENABLE
+    def mig_enabled(self) -> Optional[bool]:
+        mode = self.read(queries.MIG_MODE)
+        return None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
 
     def mig_devices(self) -> List["Device"]:
         """The MIG devices present now; a child keeps its memo while its handle stays the same."""

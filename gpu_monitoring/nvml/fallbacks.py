@@ -1,9 +1,9 @@
 """The dedicated NVML functions that give what field values give, for drivers that refuse the fields.
 
 A reader takes a device and a scope (0, or the link number of a per-link value) and returns
-what it read by value name; one call may serve several names (nvmlDeviceGetRemappedRows gives
-four). Readers go through Device.read or Device.call, so a function NVML refuses for good is not called again,
-and GpuLost goes up as from any other call.
+what it read by value name, nothing where the device cannot answer; one call may serve several
+names (nvmlDeviceGetRemappedRows gives four). Readers go through Device.read or Device.call, so
+a function NVML refuses for good is not called again, and GpuLost goes up as from any other call.
 """
 
 import ctypes
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Callable, Dict
 import pynvml
 
 from . import listing
-from .errors import CannotAnswer
 from .queries import Query, scalar
 
 if TYPE_CHECKING:
@@ -24,7 +23,8 @@ Reader = Callable[["Device", int], Dict[str, float]]
 
 def _single(name: str, query: Query) -> Reader:
     def reader(device: "Device", scope: int) -> Dict[str, float]:
-        return {name: device.read(query)}
+        value = device.read(query)
+        return {} if value is None else {name: value}
 
     return reader
 
@@ -42,6 +42,8 @@ ecc_uncorrected = _single("ecc_uncorrected", scalar(
 # The pages' count (one call, see BINDINGS), which is what the fields give, not their addresses.
 def _retired(name: str, cause: int) -> Reader:
     def reader(device: "Device", scope: int) -> Dict[str, float]:
+        if device.refuses("nvmlDeviceGetRetiredPages", cause):  # GPUs that remap rows instead: every run
+            return {}
         return {name: device.call("nvmlDeviceGetRetiredPages", cause)}
 
     return reader
@@ -57,7 +59,10 @@ _PCIE_RX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
 
 
 def remapped_rows(device: "Device", scope: int) -> Dict[str, float]:
-    correctable, uncorrectable, pending, failed = device.read(_REMAPPED_ROWS)
+    rows = device.read(_REMAPPED_ROWS)
+    if rows is None:
+        return {}
+    correctable, uncorrectable, pending, failed = rows
     return {"remapped_correctable": correctable, "remapped_uncorrectable": uncorrectable,
             "remapped_pending": pending, "remapped_failed": failed}
 
@@ -66,8 +71,8 @@ def pcie_throughput(device: "Device", scope: int) -> Dict[str, float]:
     """KiB/s sampled over 20 ms per direction: a rate, not the byte counters the fields give, so
     under names of its own for the collector to tell apart. RX is not asked where TX is refused."""
     tx = device.read(_PCIE_TX)
-    rx = device.read(_PCIE_RX)
-    return {"pcie_tx_kib_per_s": tx, "pcie_rx_kib_per_s": rx}
+    rx = None if tx is None else device.read(_PCIE_RX)
+    return {} if rx is None else {"pcie_tx_kib_per_s": tx, "pcie_rx_kib_per_s": rx}
 
 
 # One query per link (and counter), made when first asked: up to NVML_NVLINK_MAX_LINKS of each.
@@ -82,18 +87,15 @@ def _link_errors(link: int, counter: int) -> Query:
 
 
 def nvlink_state(device: "Device", link: int) -> Dict[str, float]:
-    return {"nvlink_state": device.read(_link_state(link))}
+    state = device.read(_link_state(link))
+    return {} if state is None else {"nvlink_state": state}
 
 
 def nvlink_link_count(device: "Device", scope: int) -> Dict[str, float]:
     """Links are numbered from 0: the count is how many answer nvmlDeviceGetNvLinkState before the
     first that does not (one call on a GPU without NVLink). Read once per session (Device.nvlink_count)."""
     links = 0
-    while links < pynvml.NVML_NVLINK_MAX_LINKS:
-        try:
-            device.read(_link_state(links))
-        except CannotAnswer:
-            break
+    while links < pynvml.NVML_NVLINK_MAX_LINKS and device.read(_link_state(links)) is not None:
         links += 1
     return {"nvlink_link_count": links}
 
@@ -104,16 +106,14 @@ def _nvlink_errors(name: str, counter: int) -> Reader:
     def reader(device: "Device", scope: int) -> Dict[str, float]:
         answered = []
         for link in range(device.nvlink_count):
-            try:
-                answered.append(device.read(_link_errors(link, counter)))
-            except CannotAnswer:
+            count = device.read(_link_errors(link, counter))
+            if count is not None:
+                answered.append(count)
+            elif not device.refuses("nvmlDeviceGetNvLinkErrorCounter", link, counter):
                 # A link that never counts is left out; one that failed this time fails the total,
                 # which would otherwise drop and come back, and read as a counter reset.
-                if not device.refuses("nvmlDeviceGetNvLinkErrorCounter", link, counter):
-                    raise
-        if not answered:
-            raise CannotAnswer(f"no link of {device!r} answers nvmlDeviceGetNvLinkErrorCounter({counter})")
-        return {name: sum(answered)}
+                return {}
+        return {name: sum(answered)} if answered else {}
 
     return reader
 

@@ -91,8 +91,11 @@ def read(device: "Device", wanted: FrozenSet[FieldKey]) -> Dict[FieldKey, float]
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
     values = request(device, wanted, _field_id)
+    missing = wanted.difference(values)
+    if not missing:
+        return values
     served: Dict[Tuple[Reader, int], Dict[str, float]] = {}
-    for name, scope in sorted(wanted - set(values)):
+    for name, scope in sorted(missing):
         reader = READINGS[name].fallback
         if reader is None or not refused(device, (name, scope)):
             continue
