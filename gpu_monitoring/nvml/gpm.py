@@ -1,5 +1,6 @@
 """GPU Performance Monitoring: profiling metrics from two samples taken one run apart."""
 
+import ctypes
 import logging
 from typing import Any, Dict, Optional
 
@@ -7,6 +8,7 @@ import pynvml
 
 from .device import Device
 from .errors import CannotAnswer
+from .queries import plain
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +22,13 @@ GPM_METRICS = {
     "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
     "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
 }
+# pynvml's layouts without its per-attribute hooks, which each run's read of the answers would pay.
+_Metric = plain(pynvml.c_nvmlGpmMetric_t)
+MetricsGet = type("nvmlGpmMetricsGet_t", (ctypes.Structure,), {"_fields_": [
+    (name, _Metric * kind._length_ if name == "metrics" else kind)
+    for name, kind in pynvml.c_nvmlGpmMetricsGet_t._fields_
+]})
+assert ctypes.sizeof(MetricsGet) == ctypes.sizeof(pynvml.c_nvmlGpmMetricsGet_t), "nvmlGpmMetricsGet_t layout"
 
 
 class GpmSampler:
@@ -75,7 +84,7 @@ class GpmSampler:
 
 def _query(first: Any, second: Any) -> Any:
     """The averages from sample `first` to sample `second`, the query NVML fills."""
-    query = pynvml.c_nvmlGpmMetricsGet_t()
+    query = MetricsGet()
     query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
     query.numMetrics = len(GPM_METRICS)
     query.sample1, query.sample2 = first, second

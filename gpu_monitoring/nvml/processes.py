@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pynvml
 
 from . import listing
+from .queries import plain
 
 COMPUTE = "nvmlDeviceGetComputeRunningProcesses"
 MPS = "nvmlDeviceGetMPSComputeRunningProcesses"
@@ -25,7 +26,10 @@ class ProcessInfoV1(ctypes.Structure):
 
 # Newer symbols first. `_v2` added MIG instance IDs to the struct and `_v3` kept its layout; the
 # unversioned symbol of an old driver fills the v1 struct (pynvml's unversioned binding would call `_v3`).
-VERSIONS = (("_v3", pynvml.c_nvmlProcessInfo_v3_t), ("_v2", pynvml.c_nvmlProcessInfo_v2_t), ("", ProcessInfoV1))
+# pynvml's layouts without its per-attribute hooks: a GPU lists dozens of processes a run.
+VERSIONS = (("_v3", plain(pynvml.c_nvmlProcessInfo_v3_t)), ("_v2", plain(pynvml.c_nvmlProcessInfo_v2_t)),
+            ("", ProcessInfoV1))
+UtilizationSample = plain(pynvml.c_nvmlProcessUtilizationSample_t)
 
 
 def _list_query(symbol: str, struct: type) -> Callable[[Any, listing.Room], List[Any]]:
@@ -36,7 +40,7 @@ def _list_query(symbol: str, struct: type) -> Callable[[Any, listing.Room], List
 
 
 def _utilization_query(handle: Any, room: listing.Room, since: ctypes.c_ulonglong) -> List[Any]:
-    return listing.fill(handle, UTILIZATION, pynvml.c_nvmlProcessUtilizationSample_t, room,
+    return listing.fill(handle, UTILIZATION, UtilizationSample, room,
                         lambda count, array: (array, count, since))
 
 
