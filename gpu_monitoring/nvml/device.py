@@ -59,6 +59,7 @@ class Device:
         self.handle = handle
         self.parent = parent
         self._refused: set = set()
+        self._refused_names: Optional[List[str]] = None
         self._denied: set = set()  # refused for want of permission: worth telling, unlike "not supported"
         self.refused_fields: Set[FieldKey] = set()  # not asked of the batch again (nvml.fields)
         self.field_batch: Optional[fields.Batch] = None  # the array the batch hands NVML each run
@@ -160,6 +161,7 @@ class Device:
 
     def _refuse(self, key: Tuple, error: Exception) -> None:
         self._refused.add(key)
+        self._refused_names = None
         self._bound = {query: bound for query, bound in self._bound.items() if query.key != key}
         if isinstance(error, pynvml.NVMLError_NoPermission):
             self._denied.add(key[0])
@@ -180,7 +182,10 @@ class Device:
 
     def refused_functions(self) -> List[str]:
         """What NVML refused for good, as `name` or `name(args)` where arguments told the calls apart."""
-        return sorted(f"{key[0]}({', '.join(map(str, key[1:]))})" if key[1:] else key[0] for key in self._refused)
+        if self._refused_names is None:  # every snapshot carries them; they change only with a refusal
+            self._refused_names = sorted(
+                f"{key[0]}({', '.join(map(str, key[1:]))})" if key[1:] else key[0] for key in self._refused)
+        return list(self._refused_names)
 
     # --- identity ---------------------------------------------------------------------
 
