@@ -63,7 +63,7 @@ class Process:
         return load(cls, raw, "process")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Allocation:
     """A device (or MIG instance, or shared replica) the kubelet gave a container, as pod-resources lists it."""
 
@@ -74,7 +74,7 @@ class Allocation:
     device_id: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Advertised:
     """A device ID a device plugin advertises to the kubelet, free or held: every replica of a shared GPU."""
 

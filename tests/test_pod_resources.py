@@ -8,7 +8,7 @@ import re
 import socket
 import time
 from concurrent import futures
-from typing import Iterator
+from typing import Iterator, List
 
 import grpc
 import pytest
@@ -20,6 +20,7 @@ from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,
     LIST_METHOD,
     Allocation,
+    LastAnswer,
     PodResourcesError,
     decode_allocatable,
     decode_allocations,
@@ -146,24 +147,24 @@ def test_served_allocations_change_while_running(server: PodResourcesServer, soc
 def test_one_channel_serves_every_run_and_a_restarted_kubelet_is_reached_at_once(socket_path: str) -> None:
     with PodResourcesServer(socket_path, TRAINING[:1], ADVERTISED):
         assert list_allocations(socket_path) == TRAINING[:1]
-        kept = grpc_channels.channel(grpc, socket_path, [])
+        kept = grpc_channels.unary_unary(grpc, socket_path, [], LIST_METHOD)
         assert list_allocations(socket_path) == TRAINING[:1]
-        assert grpc_channels.channel(grpc, socket_path, []) is kept
+        assert grpc_channels.unary_unary(grpc, socket_path, [], LIST_METHOD) is kept
     # The kubelet restarts: a new socket at the same path, which the first call after reaches.
     with PodResourcesServer(socket_path, TRAINING[:2], ADVERTISED):
         assert list_allocations(socket_path) == TRAINING[:2]
-        assert grpc_channels.channel(grpc, socket_path, []) is not kept
+        assert grpc_channels.unary_unary(grpc, socket_path, [], LIST_METHOD) is not kept
 
 
 def test_a_failed_call_drops_its_channel(server: PodResourcesServer, socket_path: str) -> None:
     list_allocations(socket_path)
-    kept = grpc_channels.channel(grpc, socket_path, [])
+    kept = grpc_channels.unary_unary(grpc, socket_path, [], LIST_METHOD)
     server.set_behaviour("rate_limited")
     with pytest.raises(PodResourcesError):
         list_allocations(socket_path)
     server.set_behaviour("ok")
     assert list_allocations(socket_path) == GPU_ONLY
-    assert grpc_channels.channel(grpc, socket_path, []) is not kept
+    assert grpc_channels.unary_unary(grpc, socket_path, [], LIST_METHOD) is not kept
 
 
 def test_a_missing_socket_says_what_to_mount(socket_path: str) -> None:
@@ -412,3 +413,95 @@ def test_snapshots_carry_advertised_devices_and_read_older_ones() -> None:
     del older["allocations"]["advertised"], older["allocations"]["advertised_error"]
     read = Snapshot.from_dict(older).allocations
     assert read.items == GPU_ONLY and read.advertised is None and read.advertised_error is None
+
+
+# --- An answer the kubelet repeats byte for byte is decoded once ------------------------------
+# A reused answer hands out the very objects it decoded before, so identity tells a decode from a reuse.
+
+
+def same_objects(first: List[object], second: List[object]) -> bool:
+    return len(first) == len(second) and all(a is b for a, b in zip(first, second))
+
+
+def test_an_unchanged_answer_is_decoded_once_but_asked_every_run(server: PodResourcesServer, socket_path: str) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    first, second = reader.read(), reader.read()
+    assert first.items == second.items == GPU_ONLY
+    assert same_objects(first.items, second.items)
+    assert server.requests == 2
+
+
+def test_a_caller_changing_its_list_does_not_change_the_next_answer(
+    server: PodResourcesServer, socket_path: str
+) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    first = reader.read()
+    first.items.clear()
+    assert reader.read().items == GPU_ONLY
+
+
+def test_a_changed_answer_is_decoded_anew(server: PodResourcesServer, socket_path: str) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    first = reader.read().items
+    server.set_allocations(TRAINING[:2])
+    changed = reader.read().items
+    assert changed == GPU_ONLY[:2]
+    assert not any(a is b for a, b in zip(first, changed))
+    # Only the last answer is kept: going back to the first one decodes it again.
+    server.set_allocations(TRAINING)
+    back = reader.read().items
+    assert back == first and not any(a is b for a, b in zip(first, back))
+
+
+def test_other_resource_patterns_filter_the_same_answer_anew(server: PodResourcesServer, socket_path: str) -> None:
+    last: LastAnswer[Allocation] = LastAnswer()
+    assert list_allocations(socket_path, last=last) == GPU_ONLY
+    assert list_allocations(socket_path, ["*"], last=last) == TRAINING
+    assert list_allocations(socket_path, last=last) == GPU_ONLY
+
+
+def test_a_malformed_answer_after_a_good_one_is_invalid_every_time(
+    server: PodResourcesServer, socket_path: str
+) -> None:
+    last: LastAnswer[Allocation] = LastAnswer()
+    good = list_allocations(socket_path, last=last)
+    server.set_behaviour("garbage")
+    for _ in range(2):
+        with pytest.raises(PodResourcesError, match="undecodable pod-resources response") as raised:
+            list_allocations(socket_path, last=last)
+        assert raised.value.reason == "invalid"
+    # The garbage was never kept: the good answer, sent again, is still the one decoded before.
+    server.set_behaviour("ok")
+    assert same_objects(list_allocations(socket_path, last=last), good)
+
+
+@pytest.mark.parametrize("behaviour, reason", [("rate_limited", "rate-limiting"), ("unimplemented", "feature gate")])
+def test_a_failed_call_gives_its_error_not_the_last_answer(
+    server: PodResourcesServer, socket_path: str, behaviour: str, reason: str
+) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    assert reader.read().items == GPU_ONLY
+    server.set_behaviour(behaviour)
+    for _ in range(2):
+        read = reader.read()
+        assert read.source == "error" and read.items == [] and reason in read.error
+    server.set_behaviour("ok")
+    assert reader.read().items == GPU_ONLY
+
+
+def test_a_stopped_kubelet_gives_its_error_not_the_last_answer(socket_path: str) -> None:
+    reader = AllocationReader(socket_path, clock=Clock())
+    with PodResourcesServer(socket_path, TRAINING):
+        assert reader.read().items == GPU_ONLY
+    read = reader.read()
+    assert read.source == "error" and read.items == [] and "does not exist" in read.error
+
+
+def test_an_unchanged_allocatable_answer_is_decoded_once(server: PodResourcesServer, socket_path: str) -> None:
+    clock = Clock()
+    reader = AllocationReader(socket_path, clock=clock)
+    first = reader.read().advertised
+    clock.now += ADVERTISED_TTL
+    again = reader.read().advertised
+    assert server.allocatable_requests == 2
+    assert first == again == ADVERTISED_GPUS and same_objects(first, again)

@@ -4,7 +4,7 @@ import time
 from typing import Callable, Iterable, List, Optional, Set
 
 from ..kube.device_ids import DEFAULT_RESOURCES
-from ..kube.pod_resources import PodResourcesError, list_allocatable, list_allocations
+from ..kube.pod_resources import LastAnswer, PodResourcesError, list_allocatable, list_allocations
 from ..snapshot import Advertised, Allocation, Allocations
 
 # What the device plugins advertise changes when a plugin restarts or reconfigures, not from run to run.
@@ -34,10 +34,12 @@ class AllocationReader:
         self._advertised_error: Optional[str] = None
         self._read_at: Optional[float] = None
         self._unexplained: Set[str] = set()
+        self._last_allocations: LastAnswer[Allocation] = LastAnswer()
+        self._last_advertised: LastAnswer[Advertised] = LastAnswer()
 
     def read(self) -> Allocations:
         try:
-            found = list_allocations(self.socket_path, self.patterns, self.timeout)
+            found = list_allocations(self.socket_path, self.patterns, self.timeout, self._last_allocations)
         except PodResourcesError as e:
             return Allocations(source="error", error=str(e))
         if self._stale(found):
@@ -58,7 +60,7 @@ class AllocationReader:
     def _read_advertised(self, held: List[Allocation]) -> None:
         self._read_at = self._clock()
         try:
-            self._advertised = list_allocatable(self.socket_path, self.patterns, self.timeout)
+            self._advertised = list_allocatable(self.socket_path, self.patterns, self.timeout, self._last_advertised)
             self._advertised_error = None
         except PodResourcesError as e:
             self._failed(e)

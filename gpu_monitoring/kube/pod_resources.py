@@ -9,7 +9,7 @@ grpcio is imported on the first call: the Agent does not ship it, and only local
 
 import re
 from types import ModuleType
-from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from ..bounded import Deadline, describe_size
 from ..deps import MissingPackage, require
@@ -23,6 +23,7 @@ ALLOCATABLE_METHOD = "/v1.PodResourcesLister/GetAllocatableResources"
 # The kubelet's own client accepts 16 MiB; gRPC's 4 MiB default is too small for a node with many pods.
 # gRPC enforces it as the answer arrives, and the call's timeout is a deadline for the whole call.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+_OPTIONS = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
 # gRPC reports an answer over the limit with the status the kubelet's rate limiter uses too
 # (RESOURCE_EXHAUSTED): only its details tell them apart.
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
@@ -31,7 +32,8 @@ _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 _SINCE = {LIST_METHOD: "1.20", ALLOCATABLE_METHOD: "1.23"}
 _GATES = {LIST_METHOD: "KubeletPodResources", ALLOCATABLE_METHOD: "KubeletPodResourcesGetAllocatable"}
 
-T = TypeVar("T")
+# Both have the resource_name that the resource patterns filter on.
+T = TypeVar("T", Allocation, Advertised)
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _FIXED_WIDTH = {_FIXED64: 8, _FIXED32: 4}
@@ -47,30 +49,66 @@ class PodResourcesError(Exception):
         self.reason = reason
 
 
+class LastAnswer(Generic[T]):
+    """One method's last good answer and the devices it listed, kept by a caller that asks every run.
+
+    While no pod comes or goes the kubelet answers the same bytes run after run, and decoding them
+    costs the check about as much CPU as the call itself; an equal answer reuses what the last one
+    listed. Only answers that decoded are kept, so a bad answer is reported as bad every time. The
+    devices, frozen dataclasses, are shared from run to run."""
+
+    def __init__(self) -> None:
+        self._last: Optional[Tuple[bytes, Tuple[str, ...], List[T]]] = None
+
+    def devices(self, payload: bytes, patterns: Tuple[str, ...], decode: Callable[[bytes], List[T]]) -> List[T]:
+        """The devices of a resource matching `patterns` in `payload`, decoded now or reused; raises
+        PodResourcesError with reason `invalid` when the payload is not the message `decode` reads."""
+        last = self._last
+        if last is None or last[0] != payload or last[1] != patterns:
+            devices = [d for d in decode(payload) if matches_resource(d.resource_name, patterns)]
+            # One assignment, so that a reader in another thread never sees the bytes of one answer
+            # with the devices of another.
+            self._last = last = (payload, patterns, devices)
+        # A new list each time: a caller may add to or sort what it was given.
+        return list(last[2])
+
+
 def list_allocations(
-    socket_path: str, resource_patterns: Iterable[str] = DEFAULT_RESOURCES, timeout: float = 5.0
+    socket_path: str,
+    resource_patterns: Iterable[str] = DEFAULT_RESOURCES,
+    timeout: float = 5.0,
+    last: Optional[LastAnswer[Allocation]] = None,
 ) -> List[Allocation]:
-    """Every device of a resource matching one of the globs, as the kubelet's socket lists them now."""
-    patterns = tuple(resource_patterns)
-    allocations = _fetch(socket_path, LIST_METHOD, decode_allocations, timeout)
-    return [a for a in allocations if matches_resource(a.resource_name, patterns)]
+    """Every device of a resource matching one of the globs, as the kubelet's socket lists them now.
+
+    Pass the same `last` on every call to skip decoding an answer equal to the one before."""
+    return _fetch(socket_path, LIST_METHOD, decode_allocations, resource_patterns, timeout, last)
 
 
 def list_allocatable(
-    socket_path: str, resource_patterns: Iterable[str] = DEFAULT_RESOURCES, timeout: float = 5.0
+    socket_path: str,
+    resource_patterns: Iterable[str] = DEFAULT_RESOURCES,
+    timeout: float = 5.0,
+    last: Optional[LastAnswer[Advertised]] = None,
 ) -> List[Advertised]:
     """Every device ID the device plugins advertise for a resource matching one of the globs, held or
-    free. A kubelet before 1.23 (or with the feature off) raises reason `unimplemented`."""
+    free. A kubelet before 1.23 (or with the feature off) raises reason `unimplemented`. `last` is as
+    for list_allocations."""
+    return _fetch(socket_path, ALLOCATABLE_METHOD, decode_allocatable, resource_patterns, timeout, last)
+
+
+def _fetch(
+    socket_path: str,
+    method: str,
+    decode: Callable[[bytes], List[T]],
+    resource_patterns: Iterable[str],
+    timeout: float,
+    last: Optional[LastAnswer[T]],
+) -> List[T]:
     patterns = tuple(resource_patterns)
-    advertised = _fetch(socket_path, ALLOCATABLE_METHOD, decode_allocatable, timeout)
-    return [a for a in advertised if matches_resource(a.resource_name, patterns)]
-
-
-def _fetch(socket_path: str, method: str, decode: Callable[[bytes], List[T]], timeout: float) -> List[T]:
-    grpc = _grpc()
-    payload = _call(grpc, socket_path, method, timeout)
+    payload = _call(_grpc(), socket_path, method, timeout)
     try:
-        return decode(payload)
+        return (last if last is not None else LastAnswer()).devices(payload, patterns, decode)
     except PodResourcesError as error:
         raise PodResourcesError(
             f"kubelet pod-resources API at {socket_path} sent an {error}: is something other than the kubelet "
@@ -92,8 +130,10 @@ def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> by
     except ValueError as e:
         message = f"the kubelet pod-resources API is not asked: its timeout is wrong ({e})"
         raise PodResourcesError(message, "error") from None
+    # No serializers: the empty request is b"" and the answer is decoded after the call, so a
+    # bad answer is reported as such rather than as gRPC's generic deserialization failure.
     try:
-        channel = grpc_channels.channel(grpc, socket_path, [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)])
+        call = grpc_channels.unary_unary(grpc, socket_path, _OPTIONS, method)
     except OSError:
         raise PodResourcesError(
             f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
@@ -101,9 +141,6 @@ def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> by
             "or set pod_resources_socket to where the kubelet serves it",
             "missing",
         ) from None
-    # No serializers: the empty request is b"" and the answer is decoded after the call, so a
-    # bad answer is reported as such rather than as gRPC's generic deserialization failure.
-    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
     try:
         return call(b"", timeout=timeout)
     except grpc.RpcError as error:
