@@ -57,6 +57,7 @@ class Device:
     def __init__(self, index: int, handle: Any, parent: Optional["Device"] = None):
         self.index = index
         self.handle = handle
+        self.address = handle_address(handle)  # what tells handles apart (events, MIG children)
         self.parent = parent
         self._refused: set = set()
         self._refused_names: Optional[List[str]] = None
@@ -300,7 +301,7 @@ class Device:
             except CannotAnswer:
                 continue
             known = self._children.get(slot)
-            if known is None or handle_address(known.handle) != handle_address(handle):
+            if known is None or known.address != handle_address(handle):
                 known = self._children[slot] = Device(slot, handle, parent=self)
             found.append(known)
         return found

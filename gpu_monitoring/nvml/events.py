@@ -1,5 +1,6 @@
 """One NVML event set, kept for the session: XID and ECC events drained without blocking."""
 
+import ctypes
 import logging
 import time
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ import pynvml
 
 from .device import Device, handle_address
 from .errors import CannotAnswer, GpuLost, NvmlUninitialized
+from .queries import plain
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +22,7 @@ EVENT_KINDS = {
 WANTED = sum(EVENT_KINDS)
 _NO_INSTANCE = 0xFFFFFFFF
 MAX_EVENTS_PER_DRAIN = 10000
+_EventData = plain(pynvml.c_nvmlEventData_t)
 
 
 @dataclass
@@ -56,7 +59,7 @@ class EventWatcher:
                 self.problem = f"nvmlEventSetCreate: {e}"
                 return
         for device in devices:
-            address = handle_address(device.handle)
+            address = device.address
             if address is None or address in self._registered:
                 continue
             try:
@@ -82,18 +85,29 @@ class EventWatcher:
             return events
         while len(events) < MAX_EVENTS_PER_DRAIN:
             try:
-                data = pynvml.nvmlEventSetWait_v2(self._set, timeout_ms)
-            except pynvml.NVMLError_Timeout:
-                break
+                data = self._wait(timeout_ms)
             except pynvml.NVMLError_Uninitialized as e:
                 raise NvmlUninitialized(f"nvmlEventSetWait_v2: {e}") from e
             except pynvml.NVMLError as e:
                 if events:
                     break  # hand out what came; the next drain meets the error again
                 raise CannotAnswer(f"nvmlEventSetWait_v2: {e}") from e
+            if data is None:
+                break
             events.append(self._decode(data))
             timeout_ms = 0
         return events
+
+    def _wait(self, timeout_ms: int) -> Optional[Any]:
+        """The next event, or None when none came in time: every run ends a drain so, and pynvml's
+        binding would raise and unwind an exception for it. Other failures raise as pynvml's do."""
+        data = _EventData()
+        wait = pynvml._nvmlGetFunctionPointer("nvmlEventSetWait_v2")
+        status = wait(self._set, ctypes.byref(data), ctypes.c_uint(timeout_ms))
+        if status == pynvml.NVML_ERROR_TIMEOUT:
+            return None
+        pynvml._nvmlCheckReturn(status)
+        return data
 
     def _decode(self, data: Any) -> RawEvent:
         gi, ci = data.gpuInstanceId, data.computeInstanceId
