@@ -66,12 +66,13 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
     resolved, problems = resolve_all(snapshot, snapshot.allocations.items) if from_pod_resources else ([], [])
     offer = advertised(snapshot) if from_pod_resources else None
     claims = claims_by_target(resolved, directory, offer.replicas if offer else None)
+    held = {key[0] for key, c in claims.items() if c.holders}
     views, workloads, process_holders = {}, [], {}
     for device in snapshot.devices:
         owners = _process_holders(device, directory)
         device_workloads = build_workloads(device, claims, directory, from_pod_resources)
         workloads += device_workloads
-        allocated = _held(device, claims) if from_pod_resources else _runs_compute(device)
+        allocated = device.index in held if from_pod_resources else _runs_compute(device)
         views[device.index] = DeviceView(
             slicing_mode=slicing_mode(device),
             state=device_state(device, allocated, settings.effective_threshold),
@@ -96,10 +97,6 @@ def _offered(views: Dict[int, DeviceView]) -> Optional[Dict[int, bool]]:
     if any(view.offered is None for view in views.values()):
         return None
     return {index: bool(view.offered) for index, view in views.items()}
-
-
-def _held(device: Device, claims: Dict[TargetKey, Claims]) -> bool:
-    return any(key[0] == device.index and c.holders for key, c in claims.items())
 
 
 def _runs_compute(device: Device) -> bool:

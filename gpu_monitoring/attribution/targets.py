@@ -1,10 +1,16 @@
 """Where each pod-resources device ID points: a GPU, a MIG instance, or a shared replica of one."""
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..kube.device_ids import DeviceRef, parse_device_id
 from ..snapshot import Allocation, Device, MigInstance, Snapshot
+
+# The kubelet names the same devices run after run: each ID is parsed once. An ID's parse depends
+# on nothing but the ID, so it cannot go stale; the bound keeps the advertised replicas of a large
+# node (GPUs and MIG instances times replicas each) well within it.
+_parse_device_id = lru_cache(maxsize=4096)(parse_device_id)
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class TargetResolver:
 
     def resolve(self, device_id: str) -> Target:
         """The target of one device ID; ValueError says why it matches no device here."""
-        target = self._target(parse_device_id(device_id))
+        target = self._target(_parse_device_id(device_id))
         if target is None:
             raise ValueError(f"device {device_id} matches no GPU or MIG instance NVML sees")
         return target

@@ -12,7 +12,7 @@ from ..health import Health
 from ..metric_spec import SPEC
 from ..snapshot import Device, Process, Snapshot
 from .events import submit_xids
-from .tags import device_name, device_tags, merge, mig_tags, process_tags
+from .tags import HolderTags, device_name, device_tags, merge, mig_tags, process_tags
 
 HEALTH_CHECK = "device.health"
 _STATUS = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}
@@ -26,6 +26,8 @@ PROCESS_METRICS = {
 
 
 class Submitter:
+    _holder_tags: HolderTags  # the run's own: see submit
+
     def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger, max_processes: int = 0):
         self.check = check
         self.base_tags = list(base_tags)
@@ -38,6 +40,8 @@ class Submitter:
         }
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
+        # Asked anew each run: what the tagger knows of a container can change from one to the next.
+        self._holder_tags = HolderTags(self.tagger)
         self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
@@ -73,13 +77,14 @@ class Submitter:
 
     def _held(self, tags: List[str], holder) -> List[str]:
         """A GPU or MIG instance held by one container, unshared, carries that container's tags."""
-        return merge(tags, holder.tags(self.tagger)) if holder else tags
+        return merge(tags, self._holder_tags(holder)) if holder else tags
 
     def metrics(self, values: Dict[str, float], tags: List[str]) -> None:
         submitters = self._submitters
         for name, value in values.items():
-            submit = submitters.get(name)
-            if submit is None:
+            try:
+                submit = submitters[name]
+            except KeyError:
                 self.check.log.debug("no spec for metric %s; not submitted", name)
                 continue
             submit(name, value, tags=tags)
@@ -91,13 +96,14 @@ class Submitter:
         if self.max_processes:
             kept = kept[: self.max_processes]
             self.check.gauge("processes.omitted", len(processes) - len(kept), tags=held)
+        gauge, holders = self.check.gauge, attribution.process_holders
         for process in kept:
-            holder = attribution.process_holders.get((key, process.pid))
-            values = {name: getattr(process, field) for name, field in PROCESS_METRICS.items()}
-            self.metrics(
-                {k: v for k, v in values.items() if v is not None},
-                process_tags(process, tags, holder, self.tagger),
-            )
+            holder = holders.get((key, process.pid))
+            process_series = process_tags(process, tags, self._holder_tags(holder) if holder else ())
+            for name, field in PROCESS_METRICS.items():
+                value = getattr(process, field)
+                if value is not None:
+                    gauge(name, value, tags=process_series)
 
     def _cost(self, view, tags: List[str]) -> None:
         if view.price is None:
@@ -106,8 +112,9 @@ class Submitter:
         self.check.gauge("cost.idle_hourly", 0.0 if view.state.active else view.price, tags=tags)
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
+        gauge = self.check.gauge
         for workload in attribution.workloads:
-            tags = merge(target_tags.get(workload.target, self.base_tags), workload.holder.tags(self.tagger))
+            tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder))
             values = {
                 "workload.gpus": workload.gpus,
                 "workload.memory.used": workload.memory_used,
@@ -119,7 +126,9 @@ class Submitter:
             if price is not None:
                 values["workload.cost.hourly"] = price * workload.gpus
                 values["workload.cost.idle_hourly"] = price * workload.gpus if workload.idle else 0.0
-            self.metrics({k: v for k, v in values.items() if v is not None}, tags)
+            for name, value in values.items():
+                if value is not None:
+                    gauge(name, value, tags=tags)
 
     def _fleet(self, attribution: Attribution) -> None:
         for model, counts in attribution.funnel.items():

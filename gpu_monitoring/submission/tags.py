@@ -8,7 +8,8 @@ them; lowercasing here too keeps what the check prints equal to what Datadog sho
 """
 
 import re
-from typing import Iterable, List, Optional
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..attribution import DeviceView, Holder, Tagger
 from ..snapshot import Device, MigInstance, Process, Snapshot
@@ -16,6 +17,8 @@ from ..snapshot import Device, MigInstance, Process, Snapshot
 # Keys a MIG instance sets for itself instead of taking its parent's.
 _OWN_MIG_KEYS = ("gpu_uuid:", "gpu_slicing_mode:", "gpu_sharing_mode:")
 _NOT_IN_DEVICE_NAME = re.compile(r"[^a-z0-9_.-]+")
+# A node's GPUs and MIG instances, each in a few sharing modes: far fewer than this.
+_TARGETS_REMEMBERED = 256
 
 
 def _pairs(values: dict) -> List[str]:
@@ -26,6 +29,7 @@ def _lower(value: Optional[str]) -> Optional[str]:
     return None if value is None else value.lower()
 
 
+@lru_cache(maxsize=_TARGETS_REMEMBERED)
 def device_name(model: Optional[str]) -> Optional[str]:
     """`gpu_device`'s value for an NVML product name, as the Agent's check writes it:
     "NVIDIA H100 80GB HBM3" -> "nvidia_h100_80gb_hbm3"."""
@@ -34,21 +38,46 @@ def device_name(model: Optional[str]) -> Optional[str]:
     return _NOT_IN_DEVICE_NAME.sub("_", model.strip().lower()).strip("_") or None
 
 
-def device_tags(device: Device, snapshot: Snapshot, view: DeviceView) -> List[str]:
-    uuid = _lower(device.uuid)
-    return _pairs({
+def device_tags(device: Device, snapshot: Snapshot, view: DeviceView) -> Tuple[str, ...]:
+    return _device_tags(
+        device.uuid,
+        device.index,
+        device.name,
+        device.architecture,
+        snapshot.node.driver_version,
+        device.pci_bus_id,
+        view.slicing_mode,
+        view.sharing_mode((device.index, None)),
+    )
+
+
+# Every run asks again for tags that change only with the GPU's identity or sharing: made once
+# for each combination of what they are made of, they cannot go stale.
+@lru_cache(maxsize=_TARGETS_REMEMBERED)
+def _device_tags(
+    uuid: Optional[str],
+    index: int,
+    name: Optional[str],
+    architecture: Optional[str],
+    driver_version: Optional[str],
+    pci_bus_id: Optional[str],
+    slicing_mode: str,
+    sharing_mode: str,
+) -> Tuple[str, ...]:
+    uuid = _lower(uuid)
+    return tuple(_pairs({
         "gpu_uuid": uuid,
         # The Agent's check gives a whole GPU its own UUID here, so this tag selects a GPU and
         # all its MIG instances alike.
         "gpu_parent_uuid": uuid,
-        "gpu_index": device.index,
-        "gpu_device": device_name(device.name),
-        "gpu_architecture": _lower(device.architecture),
-        "gpu_driver_version": snapshot.node.driver_version,
-        "gpu_pci_bus_id": _lower(device.pci_bus_id),
-        "gpu_slicing_mode": view.slicing_mode,
-        "gpu_sharing_mode": view.sharing_mode((device.index, None)),
-    })
+        "gpu_index": index,
+        "gpu_device": device_name(name),
+        "gpu_architecture": _lower(architecture),
+        "gpu_driver_version": driver_version,
+        "gpu_pci_bus_id": _lower(pci_bus_id),
+        "gpu_slicing_mode": slicing_mode,
+        "gpu_sharing_mode": sharing_mode,
+    }))
 
 
 def mig_tags(instance: MigInstance, parent: Device, parent_tags: List[str], view: DeviceView) -> List[str]:
@@ -62,12 +91,35 @@ def mig_tags(instance: MigInstance, parent: Device, parent_tags: List[str], view
     })
 
 
-def process_tags(process: Process, target_tags: List[str], holder: Optional[Holder], tagger: Tagger) -> List[str]:
+def process_tags(process: Process, target_tags: List[str], holder_tags: Sequence[str]) -> List[str]:
     step = process.slurm.step if process.slurm else None
     own = _pairs({"pid": process.pid, "process_name": process.name, "slurm_step": step})
-    return merge(target_tags, own, holder.tags(tagger) if holder else ())
+    return merge(target_tags, own, holder_tags)
+
+
+class HolderTags:
+    """The tags of the containers and Slurm jobs that hold or use GPUs, for one run: one container's
+    series (its GPU's, each of its processes', its workload's) ask for them several times, and each
+    answer takes a call to the Agent's tagger. Make a new one each run: the tagger's answer can
+    change from one run to the next."""
+
+    def __init__(self, tagger: Tagger):
+        self._tagger = tagger
+        self._known: Dict[tuple, Tuple[str, ...]] = {}
+
+    def __call__(self, holder: Holder) -> Tuple[str, ...]:
+        # Everything Holder.tags reads: holders made apart for one container share their answer.
+        key = (holder.slurm, holder.container_id, holder.pod, holder.namespace, holder.container)
+        tags = self._known.get(key)
+        if tags is None:
+            tags = self._known[key] = tuple(holder.tags(self._tagger))
+        return tags
 
 
 def merge(*groups: Iterable[str]) -> List[str]:
     """Concatenated tags without repeats, first occurrence first."""
-    return list(dict.fromkeys(tag for group in groups for tag in group))
+    tags: List[str] = []
+    for group in groups:
+        tags += group
+    # The groups seldom share a tag: telling so costs less than building the list anew without repeats.
+    return tags if len(set(tags)) == len(tags) else list(dict.fromkeys(tags))
