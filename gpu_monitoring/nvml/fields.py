@@ -12,6 +12,7 @@ an H100 (18 NVLink links) was the largest CPU cost a run had outside the driver.
 import ctypes
 import logging
 import struct
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 import pynvml
@@ -37,6 +38,8 @@ _FIELD_REFUSED = {
 # and the 8-byte value union read as an unsigned integer, which the value type then reinterprets.
 _ENTRY = struct.Struct("=IIqqIIQ")
 _WORDS = _ENTRY.size // 8
+# Where an entry's 32-bit value (uiVal, the union's low half) sits among its 32-bit words.
+_UINT_WORD = 8 if sys.byteorder == "little" else 9
 _DOUBLE = struct.Struct("=d")
 _SUCCESS = pynvml.NVML_SUCCESS
 _UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
@@ -46,9 +49,13 @@ def _signed(bits: int) -> Callable[[int], int]:
     return lambda raw: (raw & ((1 << bits) - 1)) - ((raw >> (bits - 1) & 1) << bits)
 
 
+def _uint(raw: int) -> int:
+    return raw & 0xFFFFFFFF
+
+
 _DECODE: Dict[int, Callable[[int], float]] = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: lambda raw: _DOUBLE.unpack(raw.to_bytes(8, "little"))[0],
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: lambda raw: raw & 0xFFFFFFFF,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: _uint,
     pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda raw: raw,
     pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: lambda raw: raw,
     pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: _signed(64),
@@ -75,10 +82,16 @@ class Batch:
         # The entries as 64-bit words, five per entry: ids, timestamp, latency, type and status, value.
         self.words = memoryview(self.entries).cast("B").cast("Q")
         self.timestamps = memoryview(self.entries).cast("B").cast("q")[1::_WORDS]
+        self.uint_values = memoryview(self.entries).cast("B").cast("I")[_UINT_WORD::_WORDS * 2]
         # Each entry's type-and-status word when every entry last answered, and where those types
-        # need decoding: while they stay the same, a run decodes only those entries.
+        # need decoding: while they stay the same, a run decodes only those entries, the
+        # unsigned ints among them (by position) read straight from their 32-bit words.
         self.answered: Optional[list] = None
+        self.uints: Tuple[Tuple[FieldKey, ...], Tuple[int, ...]] = ((), ())
         self.decoders: Tuple[Tuple[int, Callable[[int], float]], ...] = ()
+        # What nvml.readings calls for the wanted keys this batch leaves out, and whether the call
+        # itself was refused when it worked that out.
+        self.fallbacks: Optional[Tuple[bool, tuple]] = None
 
     def serves(self, wanted: FrozenSet[FieldKey], device: "Device") -> bool:
         return wanted is self.wanted and self.refusals == len(device.refused_fields)
@@ -101,6 +114,9 @@ def request(
         return _decode_each(device, batch)
     raw = batch.words[4::_WORDS].tolist()
     values = dict(zip(batch.keys, raw))
+    uint_keys, positions = batch.uints
+    if uint_keys:
+        values.update(zip(uint_keys, map(batch.uint_values.tolist().__getitem__, positions)))
     for index, decode in batch.decoders:
         values[batch.keys[index]] = decode(raw[index])
     device.fields_timestamp_us = max(device.fields_timestamp_us, max(batch.timestamps))
@@ -126,7 +142,10 @@ def _decode_each(device: "Device", batch: Batch) -> Dict[FieldKey, float]:
         newest = max(newest, timestamp)
     device.fields_timestamp_us = newest
     if len(values) == len(batch.keys):
-        batch.answered, batch.decoders = batch.words[3::_WORDS].tolist(), tuple(decoders)
+        uints = [(batch.keys[index], index) for index, decode in decoders if decode is _uint]
+        batch.uints = tuple(key for key, _ in uints), tuple(index for _, index in uints)
+        batch.decoders = tuple((index, decode) for index, decode in decoders if decode is not _uint)
+        batch.answered = batch.words[3::_WORDS].tolist()
     return values
 
 

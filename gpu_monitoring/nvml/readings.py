@@ -91,19 +91,24 @@ def read(device: "Device", wanted: FrozenSet[FieldKey]) -> Dict[FieldKey, float]
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
     values = request(device, wanted, _field_id)
-    missing = wanted.difference(values)
-    if not missing:
-        return values
-    served: Dict[Tuple[Reader, int], Dict[str, float]] = {}
-    for name, scope in sorted(missing):
-        reader = READINGS[name].fallback
-        if reader is None or not refused(device, (name, scope)):
-            continue
-        if (reader, scope) not in served:
-            served[(reader, scope)] = _serve(reader, device, scope)
-        for answered, value in served[(reader, scope)].items():
+    for reader, scope in _fallbacks(device, wanted):
+        for answered, value in _serve(reader, device, scope).items():
             values.setdefault((answered, scope), value)
     return values
+
+
+def _fallbacks(device: "Device", wanted: FrozenSet[FieldKey]) -> Tuple[Tuple[Reader, int], ...]:
+    """The readers (and scopes) of the wanted keys the batch will never answer, each once: worked
+    out again only when the batch is rebuilt (a field refused) or the call itself is refused."""
+    batch = device.field_batch
+    call_refused = device.refuses("nvmlDeviceGetFieldValues")
+    if batch.fallbacks is None or batch.fallbacks[0] != call_refused:
+        readers = (
+            (READINGS[name].fallback, scope)
+            for name, scope in sorted(wanted) if refused(device, (name, scope)) and READINGS[name].fallback
+        )
+        batch.fallbacks = (call_refused, tuple(dict.fromkeys(readers)))
+    return batch.fallbacks[1]
 
 
 def _field_id(key: FieldKey) -> int:
