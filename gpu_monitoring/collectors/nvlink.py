@@ -1,7 +1,8 @@
 """NVLink state, throughput and error counters, all from the batched field values."""
 
 import functools
-from typing import Tuple
+from operator import itemgetter
+from typing import Dict, Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
@@ -33,19 +34,16 @@ class NvLink(Collector):
         links = device.nvlink_count
         if not links:
             return
-        state_keys, tx_keys, rx_keys = _keys(links)
-        states = {key[1]: fields[key] for key in state_keys if key in fields}
+        states, tx, rx = (_answered(fields, keys) for keys in _keys(links))
         if states:
-            out.metrics["nvlink.links.active"] = sum(1 for up in states.values() if up)
+            out.metrics["nvlink.links.active"] = len(states) - list(states.values()).count(0)
             out.nvlink_down = sorted(link for link, up in states.items() if not up)
         copy_fields(out.metrics, fields, ERRORS)
-        self._throughput(device, [fields.get(key) for key in tx_keys], [fields.get(key) for key in rx_keys],
-                         out.metrics)
+        if len(tx) == len(rx) == links:
+            self._throughput(device, sum(tx.values()), sum(rx.values()), out.metrics)
 
-    def _throughput(self, device: Device, tx: list, rx: list, metrics) -> None:
-        if None in tx or None in rx:
-            return
-        rates = self._rates.update(device.index, device.fields_timestamp_us, (sum(tx) * 1024.0, sum(rx) * 1024.0))
+    def _throughput(self, device: Device, tx_kib: float, rx_kib: float, metrics) -> None:
+        rates = self._rates.update(device.index, device.fields_timestamp_us, (tx_kib * 1024.0, rx_kib * 1024.0))
         if rates is not None:
             metrics["nvlink.throughput.tx"], metrics["nvlink.throughput.rx"] = rates
 
@@ -58,3 +56,12 @@ def _keys(links: int) -> Tuple[Tuple[FieldKey, ...], ...]:
     """The per-link keys of state, TX and RX for this many links, made once."""
     names = ("nvlink_state", "nvlink_tx_kib", "nvlink_rx_kib")
     return tuple(tuple((name, link) for link in range(links)) for name in names)
+
+
+def _answered(fields: Fields, keys: Tuple[FieldKey, ...]) -> Dict[int, float]:
+    """{link: value} of the links whose key the fields answered."""
+    try:  # every link answers, but on a GPU whose driver refuses some fields
+        values = itemgetter(*keys)(fields)
+    except KeyError:
+        return {key[1]: fields[key] for key in keys if key in fields}
+    return dict(enumerate(values if len(keys) > 1 else (values,)))  # one key: itemgetter gives the value
