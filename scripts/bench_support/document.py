@@ -23,7 +23,10 @@ What the figures are:
   `gpu_monitoring/simulator/`). That driver is Python and costs far more than libnvidia-ml, so
   CPU is given with it and without it (`own`); the check's own CPU is the headline. pynvml's
   ctypes work is the check's own, as it would be on a GPU node; what the real driver spends
-  inside each NVML call (section 1 counts them) is not measured here.
+  inside each NVML call (section 1 counts them) is not measured here. The simulated functions
+  time themselves from their first line to their last; what getting into and out of a Python
+  callback costs beyond a call into C (measured at start, section 2 gives it) is the simulated
+  driver's too, and section 2 also gives the ratio with it counted as the check's.
 - CPU is the check thread's (`time.thread_time`), median per run; scenario time moves one
   15 s interval before each run. The kubelet and pod-resources servers run on other threads.
 - The floor is an `AgentCheck` that submits exactly the series the check submitted, as gauges,

@@ -3,7 +3,8 @@
 Scenario time stands still between runs and moves one check interval before each, so every
 run sees fresh samples however fast runs follow each other. CPU is the check thread's own
 (`time.thread_time`): the in-process kubelet and gRPC servers run on other threads and are not
-counted; `sim.cpu_seconds` is what the simulated driver spent inside its NVML functions.
+counted; `sim.cpu_seconds` is what the simulated driver spent inside its NVML functions, and
+each call's way into and out of them costs what `entry` measures beyond a call into C.
 """
 
 import logging
@@ -15,6 +16,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 from datadog_checks.base.stubs import aggregator, tagger
 
 from gpu_monitoring import GpuMonitoringCheck
+
+from .entry import entry
 
 INTERVAL = 15  # seconds of scenario time between runs, the Agent's default
 NAMESPACE = "gpu_monitoring."
@@ -30,11 +33,22 @@ class BenchError(RuntimeError):
 @dataclass
 class RunCost:
     cpu: float  # seconds of the check thread's CPU, the simulated driver's included
-    driver: float  # seconds of that spent inside the simulated NVML functions
+    inside: float  # seconds of that spent inside the simulated NVML functions
+    calls: int  # NVML calls the run made
+
+    @property
+    def driver(self) -> float:
+        """The simulated driver's part: inside its functions, and getting in and out of them."""
+        return self.inside + self.calls * entry().excess_seconds
 
     @property
     def own(self) -> float:
         return self.cpu - self.driver
+
+    @property
+    def own_and_entry(self) -> float:
+        """The check's own CPU with the calls' way into the simulator counted as the check's."""
+        return self.cpu - self.inside
 
 
 @dataclass
@@ -106,13 +120,13 @@ class Bench:
     def run(self) -> RunCost:
         self.sim.advance(INTERVAL)
         reset_stubs()
-        driver = self.sim.cpu_seconds
+        inside, calls = self.sim.cpu_seconds, sum(self.sim.calls.values())
         started = time.thread_time()
         error = self.check.run()
         cpu = time.thread_time() - started
         if error:
             raise BenchError(f"the check failed: {error}")
-        return RunCost(cpu, self.sim.cpu_seconds - driver)
+        return RunCost(cpu, self.sim.cpu_seconds - inside, sum(self.sim.calls.values()) - calls)
 
     def kubernetes_requests(self) -> Tuple[int, int]:
         """Requests the simulated kubelet (`/pods`) and pod-resources (both methods) received."""
