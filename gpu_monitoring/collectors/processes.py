@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ..kube.procfs import ProcFault, fault_of
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
+from ..nvml.processes import Listed, Usage
 from ..snapshot import Process
 from .base import Collector, Fields, sample_key
 from .owners import ProcessOwners
@@ -17,6 +18,7 @@ SampleKey = Tuple[int, Optional[int]]
 # (`comm` is the binary's name cut to 15 characters): the MPS query is asked only where the compute
 # list holds a process that may be it, named so or of a name that could not be read.
 MPS_SERVER = "nvidia-cuda-mps"
+_IDLE: Usage = (0.0, 0.0, 0.0, 0.0)
 
 
 class Processes(Collector):
@@ -38,28 +40,35 @@ class Processes(Collector):
         key = sample_key(device)
         self._count_run(key)
         try:
-            found = [Process(**p) for p in device.compute_processes()]
+            found = self._processes(device.compute_processes(), "compute")
         except CannotAnswer:
             return
-        for process in found:
-            self._set_owner(process)
-        if any(_may_be_mps_server(process) for process in found):
+        if any(map(_may_be_mps_server, found)):
             found += self._mps_clients(device)
-        out.metrics["processes.count"] = len({p.pid for p in found})
+        out.metrics["processes.count"] = len({process.pid for process in found})
         usage = self._utilization(device, key, busy=bool(found))
-        for process in found:
-            if usage is not None:
-                self._set_usage(process, usage.get(process.pid, {}))
+        if usage is not None:
+            for process in found:
+                # A process with no sample since the last run ran no kernel: 0, not unknown.
+                (process.sm_utilization, process.memory_utilization, process.encoder_utilization,
+                 process.decoder_utilization) = usage.get(process.pid, _IDLE)
         out.processes = found
 
     def _mps_clients(self, device: Device) -> List[Process]:
         try:
-            clients = [Process(**p) for p in device.mps_clients()]
+            return self._processes(device.mps_clients(), "mps")
         except CannotAnswer:
             return []
-        for process in clients:
+
+    def _processes(self, listed: List[Listed], kind: str) -> List[Process]:
+        """NVML's list as snapshot processes, each named and owned as the proc root tells."""
+        found = []
+        for pid, memory, gpu_instance, compute_instance in listed:
+            process = Process(pid=pid, used_memory=memory, kind=kind,
+                              gpu_instance_id=gpu_instance, compute_instance_id=compute_instance)
             self._set_owner(process)
-        return clients
+            found.append(process)
+        return found
 
     def _count_run(self, key: SampleKey) -> None:
         # Collectors hear of devices, not of runs: a device seen again means a new run began.
@@ -70,7 +79,7 @@ class Processes(Collector):
             self._collected = set()
         self._collected.add(key)
 
-    def _utilization(self, device: Device, key: SampleKey, busy: bool) -> Optional[Dict[int, Dict[str, float]]]:
+    def _utilization(self, device: Device, key: SampleKey, busy: bool) -> Optional[Dict[int, Usage]]:
         """Usage by pid since the last run; None where the device has no per-process sampling.
 
         A device that lists no process is not asked: it has no process to tell about. Its samples
@@ -86,14 +95,6 @@ class Processes(Collector):
         except CannotAnswer:
             return None
         return usage
-
-    @staticmethod
-    def _set_usage(process: Process, usage: Dict[str, float]) -> None:
-        # A process with no sample since the last run ran no kernel: 0, not unknown.
-        process.sm_utilization = usage.get("sm", 0.0)
-        process.memory_utilization = usage.get("memory", 0.0)
-        process.encoder_utilization = usage.get("encoder", 0.0)
-        process.decoder_utilization = usage.get("decoder", 0.0)
 
     def _set_owner(self, process: Process) -> None:
         if self._owners is None:

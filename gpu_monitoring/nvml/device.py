@@ -47,7 +47,6 @@ _REFUSED_FOR_GOOD = (
 )
 # Bindings that stand in for pynvml's: one call for queries that fill arrays, a prepared field batch.
 _BINDINGS: Dict[str, Callable[..., Any]] = {
-    **processes.BINDINGS,
     **fallbacks.BINDINGS,
     "nvmlDeviceGetFieldValues": fields.get_field_values,
 }
@@ -143,18 +142,6 @@ class Device:
         if permanent or (self.is_mig and isinstance(error, pynvml.NVMLError_InvalidArgument)):
             self._refuse(key, error)
         return CannotAnswer(f"{function}: {error}")
-
-    def call_first(self, *calls: Tuple) -> Any:
-        """The answer of the first call (function, *args) the device serves; newer symbols first."""
-        for function, *args in calls:
-            if self.refuses(function, *args):
-                continue
-            try:
-                return self.call(function, *args)
-            except CannotAnswer:
-                if not self.refuses(function, *args):
-                    raise
-        raise CannotAnswer(f"none of {', '.join(c[0] for c in calls)} is available on {self!r}")
 
     def refuses(self, function: str, *args: Any) -> bool:
         """Whether NVML refused function(*args) for good on this device."""
@@ -316,34 +303,49 @@ class Device:
 
     # --- processes ----------------------------------------------------------------------
 
-    def compute_processes(self) -> List[Dict[str, Any]]:
-        """Processes with a compute context (an MPS server among them): pid, used_memory (bytes or
-        None), kind, MIG instance ids."""
-        return self._listed(processes.COMPUTE, "compute")
+    def compute_processes(self) -> List[processes.Listed]:
+        """Processes with a compute context (an MPS server among them): pid, used memory (bytes or
+        None), GPU and compute instance IDs (None outside MIG)."""
+        return self._listed(processes.COMPUTE)
 
-    def mps_clients(self) -> List[Dict[str, Any]]:
+    def mps_clients(self) -> List[processes.Listed]:
         """Processes with an MPS compute context, as compute_processes() gives them."""
-        return self._listed(processes.MPS, "mps")
+        return self._listed(processes.MPS)
 
-    def _listed(self, query: str, kind: str) -> List[Dict[str, Any]]:
+    def _listed(self, query: str, *args: Any) -> Any:
+        """The answer of the first version of `query` the device serves, newer symbols first.
+
+        Refusals are looked up by symbol alone: the room and the other arguments do not tell calls
+        apart, and these queries are asked of every GPU every run.
+        """
         room = self._room(query)
-        found = self.call_first(*((query + suffix, room) for suffix, _ in processes.VERSIONS))
-        return [processes.process(entry, kind) for entry in found]
+        for symbol in processes.SYMBOLS[query]:
+            if self.refuses(symbol):
+                continue
+            try:
+                return processes.BINDINGS[symbol](self.handle, room, *args)
+            except pynvml.NVMLError as e:
+                failure = self._failure((symbol,), e)
+                if not self.refuses(symbol):
+                    raise failure from e
+        raise CannotAnswer(f"none of {', '.join(processes.SYMBOLS[query])} is available on {self!r}")
 
-    def process_utilization(self, since_us: int) -> Tuple[Dict[int, Dict[str, float]], int]:
-        """Per-process engine use from samples newer than since_us, and the newest sample's time.
+    def process_utilization(self, since_us: int) -> Tuple[Dict[int, processes.Usage], int]:
+        """Each process's mean engine use (sm, memory, encoder, decoder) over the samples newer than
+        since_us, by pid, and the newest sample's time.
 
         No new samples (NOT_FOUND) means no process ran on the GPU since then: an empty answer.
-        The timestamp goes as a C value: a refusal is remembered for the function, not one timestamp.
         """
         try:
-            samples = self.call(processes.UTILIZATION, self._room(processes.UTILIZATION), ctypes.c_ulonglong(since_us))
+            return self._listed(processes.UTILIZATION, since_us)
         except NoNewSamples:
             return {}, since_us
-        return processes.usage_by_pid(samples, since_us)
 
     def _room(self, query: str) -> Room:
-        return self._rooms.setdefault(query, Room())
+        room = self._rooms.get(query)
+        if room is None:  # not setdefault: a Room is made only for a query not asked before
+            room = self._rooms[query] = Room()
+        return room
 
 
 def _key(function: str, args: Tuple) -> Tuple:

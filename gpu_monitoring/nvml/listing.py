@@ -3,12 +3,14 @@
 pynvml asks each of these twice every time: once for the count, once to fill an array of that
 size. Here the array is sized from the count the last call reported plus headroom, so a steady
 state asks once. When entries outgrow the room, NVML answers INSUFFICIENT_SIZE and writes the
-count it needs; the call is made again with that much room and more.
+count it needs; the call is made again with that much room and more. The array itself is kept
+between calls while the room's size holds: NVML writes it anew each call, and entries past the
+count it reports are never read.
 """
 
 import ctypes
 import functools
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pynvml
 
@@ -20,23 +22,39 @@ Arrange = Callable[[Any, Any], Tuple[Any, ...]]
 
 
 class Room:
-    """How many entries the next call of one query on one device makes room for."""
+    """How many entries the next call of one query on one device makes room for, the array of that
+    many it hands NVML, and the count NVML reads the room from and writes the entries to."""
+
+    __slots__ = ("entries", "count", "count_pointer", "_array")
 
     def __init__(self) -> None:
         self.entries = FIRST_ROOM
+        self.count = ctypes.c_uint()
+        self.count_pointer = ctypes.byref(self.count)
+        self._array: Optional[ctypes.Array] = None
 
     def fit(self, count: int) -> None:
         # Half as many again (at least 4) for entries that appear before the next call.
-        self.entries = max(FIRST_ROOM, count + max(4, count // 2))
+        entries = max(FIRST_ROOM, count + 4, count + count // 2)
+        if entries != self.entries:
+            self.entries, self._array = entries, None
+
+    def array(self, struct: type) -> ctypes.Array:
+        """The array of `entries` structs, the last call's while its size and struct are the same."""
+        if self._array is None or self._array._type_ is not struct:
+            self._array = array_type(struct, self.entries)()
+        return self._array
 
 
 def fill(handle: Any, symbol: str, struct: type, room: Room, arrange: Arrange) -> List[Any]:
-    """The entries `symbol` writes into an array of `struct`; raises pynvml.NVMLError as pynvml does."""
+    """The entries `symbol` writes into the room's array of `struct`; raises pynvml.NVMLError as
+    pynvml does. They are views into that array: read them before the room's next call."""
     function = pynvml._nvmlGetFunctionPointer(symbol)
+    count = room.count
     for _ in range(ATTEMPTS):
-        entries = array_type(struct, room.entries)()
-        count = ctypes.c_uint(room.entries)
-        status = function(handle, *arrange(ctypes.byref(count), entries))
+        entries = room.array(struct)
+        count.value = room.entries
+        status = function(handle, *arrange(room.count_pointer, entries))
         if status not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_INSUFFICIENT_SIZE):
             raise pynvml.NVMLError(status)
         found = count.value
