@@ -2,13 +2,13 @@
 
 from ..nvml.device import CLOCK_EVENT_REASONS as REASONS
 from ..nvml.device import Device
-from ..nvml.queries import CLOCK_TYPES
+from ..nvml.queries import CLOCK_TYPES, MAX_CLOCKS
 from .base import Collector, Fields, put
 
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]
 THROTTLING = sum(REASONS.values()) & ~NOT_THROTTLING
 CLOCK_METRICS = {kind: f"clock.{kind}" for kind in CLOCK_TYPES}
-MAX_CLOCK_METRICS = {kind: f"clock.{kind}.max" for kind in ("sm", "memory")}
+MAX_CLOCK_METRICS = {kind: f"clock.{kind}.max" for kind in MAX_CLOCKS}
 REASON_METRICS = {f"clocks_event.{name}": bit for name, bit in REASONS.items()}
 
 
@@ -19,8 +19,8 @@ class Clocks(Collector):
         m = out.metrics
         for kind, metric in CLOCK_METRICS.items():
             put(m, metric, device.clock_mhz(kind))
-        for kind, metric in MAX_CLOCK_METRICS.items():
-            put(m, metric, device.max_clock_mhz(kind))
+        for kind, value in device.max_clocks_mhz.items():
+            put(m, MAX_CLOCK_METRICS[kind], value)
         put(m, "performance_state", device.performance_state())
         reasons = device.clock_event_reasons()
         if reasons is None:

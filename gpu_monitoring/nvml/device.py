@@ -52,6 +52,20 @@ _BINDINGS: Dict[str, Callable[..., Any]] = {
 }
 
 
+def _once(read: Callable[["Device"], Any]) -> property:
+    """A property asked of NVML once per session, as Device.static keeps it (None if refused):
+    identity and limits, read every run from the memo without making a closure each time."""
+    name = read.__name__
+
+    def get(device: "Device") -> Any:
+        try:
+            return device._static[name]
+        except KeyError:
+            return device.static(name, lambda: read(device))
+
+    return property(get, doc=read.__doc__)
+
+
 class Device:
     def __init__(self, index: int, handle: Any, parent: Optional["Device"] = None):
         self.index = index
@@ -164,6 +178,13 @@ class Device:
                 self._static[name] = None
         return self._static[name]
 
+    def _optional(self, function: str, *args: Any) -> Optional[Any]:
+        """function(*args), or None where the device cannot answer it."""
+        try:
+            return self.call(function, *args)
+        except CannotAnswer:
+            return None
+
     def denied_functions(self) -> List[str]:
         """The functions NVML refused this process for want of permission."""
         return sorted(self._denied)
@@ -177,25 +198,25 @@ class Device:
 
     # --- identity ---------------------------------------------------------------------
 
-    @property
+    @_once
     def uuid(self) -> str:
-        return self.static("uuid", lambda: self.call("nvmlDeviceGetUUID"))
+        return self.call("nvmlDeviceGetUUID")
 
-    @property
+    @_once
     def name(self) -> str:
-        return self.static("name", lambda: self.call("nvmlDeviceGetName"))
+        return self.call("nvmlDeviceGetName")
 
-    @property
+    @_once
     def architecture(self) -> Optional[str]:
-        return self.static("architecture", lambda: ARCHITECTURES.get(self.call("nvmlDeviceGetArchitecture"), "unknown"))
+        return ARCHITECTURES.get(self.call("nvmlDeviceGetArchitecture"), "unknown")
 
-    @property
+    @_once
     def pci_bus_id(self) -> Optional[str]:
-        return self.static("pci_bus_id", lambda: _text(self.call("nvmlDeviceGetPciInfo").busId))
+        return _text(self.call("nvmlDeviceGetPciInfo").busId)
 
-    @property
+    @_once
     def minor_number(self) -> Optional[int]:
-        return self.static("minor_number", lambda: self.call("nvmlDeviceGetMinorNumber"))
+        return self.call("nvmlDeviceGetMinorNumber")
 
     # --- activity ---------------------------------------------------------------------
 
@@ -228,12 +249,9 @@ class Device:
     def temperature(self) -> Optional[int]:
         return self.read(queries.TEMPERATURE)
 
-    @property
+    @_once
     def slowdown_temperature(self) -> Optional[int]:
-        return self.static(
-            "slowdown_temperature",
-            lambda: self.call("nvmlDeviceGetTemperatureThreshold", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
-        )
+        return self.call("nvmlDeviceGetTemperatureThreshold", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
 
     def fan_speed(self) -> Optional[int]:
         return self.read(queries.FAN_SPEED)
@@ -243,9 +261,11 @@ class Device:
     def clock_mhz(self, kind: str) -> Optional[int]:
         return self.read(queries.CLOCK[kind])
 
-    def max_clock_mhz(self, kind: str) -> Optional[int]:
-        clock = queries.CLOCK_TYPES[kind]
-        return self.static(f"max_clock_{kind}", lambda: self.call("nvmlDeviceGetMaxClockInfo", clock))
+    @_once
+    def max_clocks_mhz(self) -> Dict[str, Optional[int]]:
+        """The SM and memory clocks' maximum, each None where refused."""
+        return {kind: self._optional("nvmlDeviceGetMaxClockInfo", queries.CLOCK_TYPES[kind])
+                for kind in queries.MAX_CLOCKS}
 
     def performance_state(self) -> Optional[int]:
         return self.read(queries.PERFORMANCE_STATE)
@@ -258,19 +278,13 @@ class Device:
     def pcie_link(self) -> Tuple[Optional[int], Optional[int]]:
         return self.read(queries.PCIE_GENERATION), self.read(queries.PCIE_WIDTH)
 
-    @property
+    @_once
     def pcie_link_max(self) -> Tuple[Optional[int], Optional[int]]:
-        return (
-            self.static("pcie_max_generation", lambda: self.call("nvmlDeviceGetMaxPcieLinkGeneration")),
-            self.static("pcie_max_width", lambda: self.call("nvmlDeviceGetMaxPcieLinkWidth")),
-        )
+        return self._optional("nvmlDeviceGetMaxPcieLinkGeneration"), self._optional("nvmlDeviceGetMaxPcieLinkWidth")
 
-    @property
+    @_once
     def nvlink_count(self) -> int:
-        def read() -> int:
-            return int(readings.read(self, frozenset([("nvlink_link_count", 0)])).get(("nvlink_link_count", 0), 0))
-
-        return self.static("nvlink_count", read)
+        return int(readings.read(self, frozenset([("nvlink_link_count", 0)])).get(("nvlink_link_count", 0), 0))
 
     # --- MIG ----------------------------------------------------------------------------
 
@@ -293,13 +307,13 @@ class Device:
             found.append(known)
         return found
 
-    @property
+    @_once
     def gpu_instance_id(self) -> Optional[int]:
-        return self.static("gpu_instance_id", lambda: self.call("nvmlDeviceGetGpuInstanceId"))
+        return self.call("nvmlDeviceGetGpuInstanceId")
 
-    @property
+    @_once
     def compute_instance_id(self) -> Optional[int]:
-        return self.static("compute_instance_id", lambda: self.call("nvmlDeviceGetComputeInstanceId"))
+        return self.call("nvmlDeviceGetComputeInstanceId")
 
     # --- processes ----------------------------------------------------------------------
 

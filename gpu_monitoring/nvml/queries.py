@@ -95,6 +95,7 @@ CLOCK_TYPES = {
     "video": pynvml.NVML_CLOCK_VIDEO,
 }
 CLOCK = {kind: scalar("nvmlDeviceGetClockInfo", clock) for kind, clock in CLOCK_TYPES.items()}
+MAX_CLOCKS = ("sm", "memory")  # the clocks whose maximum is read (once per session)
 PERFORMANCE_STATE = scalar("nvmlDeviceGetPerformanceState")
 # Drivers before R535 know the mask by its older name.
 CLOCK_EVENT_REASONS = (
