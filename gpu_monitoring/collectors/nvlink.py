@@ -2,7 +2,7 @@
 
 import functools
 from operator import itemgetter
-from typing import Dict, Tuple
+from typing import Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
@@ -34,13 +34,17 @@ class NvLink(Collector):
         links = device.nvlink_count
         if not links:
             return
-        states, tx, rx = (_answered(fields, keys) for keys in _keys(links))
-        if states:
-            out.metrics["nvlink.links.active"] = len(states) - list(states.values()).count(0)
-            out.nvlink_down = sorted(link for link, up in states.items() if not up)
+        state_keys, tx_keys, rx_keys = _keys(links)
+        states = _every_link(fields, state_keys)
+        # Where the driver answered the state of some links only, those are counted.
+        by_link = dict(enumerate(states)) if states else {key[1]: fields[key] for key in state_keys if key in fields}
+        if by_link:
+            out.metrics["nvlink.links.active"] = sum(1 for up in by_link.values() if up)
+            out.nvlink_down = [link for link, up in by_link.items() if not up]
         copy_fields(out.metrics, fields, ERRORS)
-        if len(tx) == len(rx) == links:
-            self._throughput(device, sum(tx.values()), sum(rx.values()), out.metrics)
+        tx, rx = _every_link(fields, tx_keys), _every_link(fields, rx_keys)
+        if tx and rx:
+            self._throughput(device, sum(tx), sum(rx), out.metrics)
 
     def _throughput(self, device: Device, tx_kib: float, rx_kib: float, metrics) -> None:
         rates = self._rates.update(device.index, device.fields_timestamp_us, (tx_kib * 1024.0, rx_kib * 1024.0))
@@ -58,10 +62,10 @@ def _keys(links: int) -> Tuple[Tuple[FieldKey, ...], ...]:
     return tuple(tuple((name, link) for link in range(links)) for name in names)
 
 
-def _answered(fields: Fields, keys: Tuple[FieldKey, ...]) -> Dict[int, float]:
-    """{link: value} of the links whose key the fields answered."""
-    try:  # every link answers, but on a GPU whose driver refuses some fields
+def _every_link(fields: Fields, keys: Tuple[FieldKey, ...]) -> Tuple[float, ...]:
+    """The value of every link, in link order; empty unless the fields answered all of them."""
+    try:
         values = itemgetter(*keys)(fields)
     except KeyError:
-        return {key[1]: fields[key] for key in keys if key in fields}
-    return dict(enumerate(values if len(keys) > 1 else (values,)))  # one key: itemgetter gives the value
+        return ()
+    return values if len(keys) > 1 else (values,)  # one key: itemgetter gives the value itself
