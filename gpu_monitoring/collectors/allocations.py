@@ -1,7 +1,7 @@
 """Which devices the kubelet gave which containers, and which it can give, from its pod-resources socket."""
 
 import time
-from typing import Callable, Iterable, List, Optional, Set
+from typing import Callable, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ..kube.device_ids import DEFAULT_RESOURCES
 from ..kube.pod_resources import LastAnswer, PodResourcesError, list_allocatable, list_allocations
@@ -34,6 +34,7 @@ class AllocationReader:
         self._advertised_error: Optional[str] = None
         self._read_at: Optional[float] = None
         self._unexplained: Set[str] = set()
+        self._advertised_ids: Tuple[Optional[List[Advertised]], FrozenSet[str]] = (None, frozenset())
         self._last_allocations: LastAnswer[Allocation] = LastAnswer()
         self._last_advertised: LastAnswer[Advertised] = LastAnswer()
 
@@ -55,7 +56,9 @@ class AllocationReader:
     def _not_advertised(self, held: List[Allocation]) -> Set[str]:
         if self._advertised is None:
             return set()
-        return {a.device_id for a in held} - {a.device_id for a in self._advertised}
+        if self._advertised_ids[0] is not self._advertised:  # asked every run, changed per TTL
+            self._advertised_ids = (self._advertised, frozenset(a.device_id for a in self._advertised))
+        return {a.device_id for a in held}.difference(self._advertised_ids[1])
 
     def _read_advertised(self, held: List[Allocation]) -> None:
         self._read_at = self._clock()
