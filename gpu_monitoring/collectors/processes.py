@@ -90,10 +90,10 @@ class Processes(Collector):
         if not busy:
             self._since[key] = max(self._since.get(key, 0), device.fields_timestamp_us)
             return None
-        try:
-            usage, self._since[key] = device.process_utilization(self._since.get(key, 0))
-        except CannotAnswer:
+        answer = device.process_utilization(self._since.get(key, 0))
+        if answer is None:
             return None
+        usage, self._since[key] = answer
         return usage
 
     def _set_owner(self, process: Process) -> None:

@@ -344,16 +344,20 @@ class Device:
                     raise failure from e
         raise CannotAnswer(f"none of {', '.join(processes.SYMBOLS[query])} is available on {self!r}")
 
-    def process_utilization(self, since_us: int) -> Tuple[Dict[int, processes.Usage], int]:
+    def process_utilization(self, since_us: int) -> Optional[Tuple[Dict[int, processes.Usage], int]]:
         """Each process's mean engine use (sm, memory, encoder, decoder) over the samples newer than
-        since_us, by pid, and the newest sample's time.
+        since_us, by pid, and the newest sample's time; None where the device cannot tell.
 
         No new samples (NOT_FOUND) means no process ran on the GPU since then: an empty answer.
         """
+        if self.refuses(processes.UTILIZATION):  # MIG devices and their parents, every run
+            return None
         try:
             return self._listed(processes.UTILIZATION, since_us)
         except NoNewSamples:
             return {}, since_us
+        except CannotAnswer:
+            return None
 
     def _room(self, query: str) -> Room:
         room = self._rooms.get(query)
