@@ -297,9 +297,8 @@ class Device:
         count = self.static("max_mig_devices", lambda: self.call("nvmlDeviceGetMaxMigDeviceCount")) or 0
         found = []
         for slot in range(count):
-            try:
-                handle = self.call("nvmlDeviceGetMigDeviceHandleByIndex", slot)
-            except CannotAnswer:
+            handle = self.read(queries.mig_device(slot))
+            if handle is None:  # an empty slot, every run on a partly split GPU
                 continue
             known = self._children.get(slot)
             if known is None or known.address != handle_address(handle):

@@ -11,6 +11,7 @@ runs one collection at a time; the sidecar collects on one thread).
 """
 
 import ctypes
+import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import pynvml
@@ -118,3 +119,14 @@ PCIE_GENERATION = scalar("nvmlDeviceGetCurrPcieLinkGeneration")
 PCIE_WIDTH = scalar("nvmlDeviceGetCurrPcieLinkWidth")
 # (current, pending)
 MIG_MODE = Query("nvmlDeviceGetMigMode", [ctypes.c_uint, ctypes.c_uint], _both)
+
+
+def _own_handle(handle: Output) -> Any:
+    # The output is written again by the next call: each MIG device keeps a handle of its own.
+    return pynvml.c_nvmlDevice_t.from_buffer_copy(handle)
+
+
+@functools.cache
+def mig_device(slot: int) -> Query:
+    """The handle of the MIG device in one slot of its GPU; an empty slot answers NOT_FOUND."""
+    return Query("nvmlDeviceGetMigDeviceHandleByIndex", [pynvml.c_nvmlDevice_t], _own_handle, (slot,))
