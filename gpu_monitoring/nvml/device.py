@@ -45,11 +45,8 @@ _REFUSED_FOR_GOOD = (
     pynvml.NVMLError_FunctionNotFound,
     pynvml.NVMLError_NoPermission,
 )
-# Bindings that stand in for pynvml's: one call for queries that fill arrays, a prepared field batch.
-_BINDINGS: Dict[str, Callable[..., Any]] = {
-    **fallbacks.BINDINGS,
-    "nvmlDeviceGetFieldValues": fields.get_field_values,
-}
+# Bindings that stand in for pynvml's: one call for queries that fill arrays.
+_BINDINGS: Dict[str, Callable[..., Any]] = fallbacks.BINDINGS
 
 
 def _once(read: Callable[["Device"], Any]) -> property:

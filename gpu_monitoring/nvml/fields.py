@@ -13,13 +13,13 @@ import ctypes
 import logging
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Optional, Tuple
 
 import pynvml
 
 from . import listing
-from .errors import CannotAnswer, GpuLost
-from .queries import plain
+from .errors import GpuLost
+from .queries import Query, answered, plain
 
 if TYPE_CHECKING:
     from .device import Device
@@ -79,6 +79,7 @@ class Batch:
         self.entries = listing.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
             entry.fieldId, entry.scopeId = field_id(key), key[1]
+        self.query = Query("nvmlDeviceGetFieldValues", [], answered, (ctypes.c_int32(len(self.keys)), self.entries))
         # The entries as 64-bit words, five per entry: ids, timestamp, latency, type and status, value.
         self.words = memoryview(self.entries).cast("B").cast("Q")
         self.timestamps = memoryview(self.entries).cast("B").cast("q")[1::_WORDS]
@@ -106,9 +107,7 @@ def request(
         batch = device.field_batch = Batch(wanted, device, field_id)
     if not batch.keys:
         return {}
-    try:
-        device.call("nvmlDeviceGetFieldValues", batch.entries)
-    except CannotAnswer:
+    if device.read(batch.query) is None:
         return {}
     if batch.words[3::_WORDS].tolist() != batch.answered:
         return _decode_each(device, batch)
@@ -155,13 +154,6 @@ def _failed(device: "Device", key: FieldKey, status: int) -> None:
     if status in _FIELD_REFUSED:
         device.refused_fields.add(key)
         log.debug("%r: field %s (scope %d) not available; not asked again", device, *key)
-
-
-def get_field_values(handle: Any, entries: ctypes.Array) -> ctypes.Array:
-    """nvmlDeviceGetFieldValues on a prepared array; raises pynvml.NVMLError as pynvml does."""
-    function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
-    pynvml._nvmlCheckReturn(function(handle, ctypes.c_int32(len(entries)), entries))
-    return entries
 
 
 def refused(device: "Device", key: FieldKey) -> bool:

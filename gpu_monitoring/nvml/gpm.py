@@ -8,7 +8,7 @@ import pynvml
 
 from .device import Device
 from .errors import CannotAnswer
-from .queries import plain
+from .queries import Query, answered, plain
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class GpmSampler:
         self.gpu_instance_id = gpu_instance_id
         self._samples = None
         self._queries: list = []
+        self._takes: list = []  # the prepared nvmlGpm(Mig)SampleGet of each sample
         self._have_previous = False
 
     def supported(self) -> bool:
@@ -56,20 +57,21 @@ class GpmSampler:
         if self._samples is None:
             self._samples = [_alloc(), _alloc()]
             self._queries = [_query(*self._samples), _query(*reversed(self._samples))]
-        self._take(self._samples[1])
+            self._takes = [self._take(sample) for sample in self._samples]
+        if self.device.read(self._takes[1]) is None:
+            return {}  # no sample this run: the next one measures from the last sample taken
         query = self._queries[0]
-        self._samples.reverse()
-        self._queries.reverse()
+        for alternating in (self._samples, self._queries, self._takes):
+            alternating.reverse()
         if not self._have_previous:
             self._have_previous = True
             return {}
         return _metrics(query)
 
-    def _take(self, sample: Any) -> None:
+    def _take(self, sample: Any) -> Query:
         if self.gpu_instance_id is None:
-            self.device.call("nvmlGpmSampleGet", sample)
-        else:
-            self.device.call("nvmlGpmMigSampleGet", self.gpu_instance_id, sample)
+            return Query("nvmlGpmSampleGet", [], answered, (sample,))
+        return Query("nvmlGpmMigSampleGet", [], answered, (self.gpu_instance_id, sample))
 
     def close(self) -> None:
         for sample in self._samples or ():
@@ -78,7 +80,7 @@ class GpmSampler:
             except pynvml.NVMLError as e:
                 log.debug("nvmlGpmSampleFree: %s", e)
         self._samples = None
-        self._queries = []
+        self._queries, self._takes = [], []
         self._have_previous = False
 
 

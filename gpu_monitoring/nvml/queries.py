@@ -28,7 +28,8 @@ def plain(structure: type) -> type:
 class Query:
     """One NVML function with fixed arguments: `function(handle, *args, *outputs)`.
 
-    `args` are C unsigned ints (clock types, sensors); `outputs` the types NVML writes into;
+    `args` are C unsigned ints (clock types, sensors) or ctypes objects handed over as they are
+    (an array NVML fills, a GPM sample); `outputs` the types NVML writes into;
     `value` makes the answer from the filled outputs; `version` is set in the first output
     (versioned structures). Hashed by identity: each query is a module constant.
     """
@@ -36,17 +37,17 @@ class Query:
     __slots__ = ("function", "args", "outputs", "value", "version", "key")
 
     def __init__(self, function: str, outputs: Sequence[type], value: Callable[..., Any],
-                 args: Tuple[int, ...] = (), version: Optional[int] = None) -> None:
+                 args: Tuple[Any, ...] = (), version: Optional[int] = None) -> None:
         self.function = function
         self.args = args
         self.outputs = tuple(outputs)
         self.value = value
         self.version = version
         # What a refusal is remembered under, as for Device.call: the function and its int arguments.
-        self.key = (function, *args)
+        self.key = (function, *(arg for arg in args if isinstance(arg, int)))
 
     def __repr__(self) -> str:
-        return f"{self.function}({', '.join(map(str, self.args))})"
+        return f"{self.function}({', '.join(map(str, self.key[1:]))})"
 
 
 class Bound:
@@ -59,8 +60,14 @@ class Bound:
         self.outputs = tuple(output() for output in query.outputs)
         if query.version is not None:
             self.outputs[0].version = query.version
-        self.argv = (handle, *map(ctypes.c_uint, query.args), *map(ctypes.byref, self.outputs))
+        arguments = (ctypes.c_uint(arg) if isinstance(arg, int) else arg for arg in query.args)
+        self.argv = (handle, *arguments, *map(ctypes.byref, self.outputs))
         self.value = query.value
+
+
+def answered() -> bool:
+    """The value of a query that writes into its arguments: that it succeeded."""
+    return True
 
 
 def _scalar(output: Output) -> int:
