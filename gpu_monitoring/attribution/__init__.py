@@ -11,10 +11,12 @@ from ..kube.pod_list import PodInfo
 from ..snapshot import Device, Process, Snapshot
 from .fleet import DeviceState, device_state, funnel, hourly_price
 from .holders import Holder, HolderKey, PodDirectory, Tagger
-from .targets import advertised, resolve_all
+from .targets import TargetResolver, advertised, resolve_all
 from .workloads import (
     Claims,
+    ProcessHolders,
     TargetKey,
+    Targets,
     Workload,
     build_workloads,
     claims_by_target,
@@ -63,22 +65,27 @@ class Attribution:
 def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Settings) -> Attribution:
     directory = PodDirectory(pods)
     from_pod_resources = snapshot.allocations.source == "pod_resources"
-    resolved, problems = resolve_all(snapshot, snapshot.allocations.items) if from_pod_resources else ([], [])
-    offer = advertised(snapshot) if from_pod_resources else None
+    # One resolver for both allocations and advertised IDs: most IDs are in both, resolved once.
+    resolver = TargetResolver(snapshot) if from_pod_resources else None
+    resolved, problems = resolve_all(resolver, snapshot, snapshot.allocations.items) if resolver else ([], [])
+    offer = advertised(resolver, snapshot) if resolver else None
     claims = claims_by_target(resolved, directory, offer.replicas if offer else None)
     held = {key[0] for key, c in claims.items() if c.holders}
     views, workloads, process_holders = {}, [], {}
     for device in snapshot.devices:
-        owners = _process_holders(device, directory)
-        device_workloads = build_workloads(device, claims, directory, from_pod_resources)
+        targets = targets_of(device)
+        # Each process's owner is looked up once: its own series and its workload both use it.
+        holders = [[directory.for_process(p) for p in processes] for _, _, processes in targets]
+        owners = _process_holders(targets, holders)
+        device_workloads = build_workloads(device, targets, holders, claims, from_pod_resources)
         workloads += device_workloads
         allocated = device.index in held if from_pod_resources else _runs_compute(device)
         views[device.index] = DeviceView(
             slicing_mode=slicing_mode(device),
             state=device_state(device, allocated, settings.effective_threshold),
             price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
-            holders=_exclusive_holders(device, device_workloads, claims, owners),
-            sharing=sharing_modes(device, claims),
+            holders=_exclusive_holders(targets, device_workloads, claims, owners),
+            sharing=sharing_modes(targets, claims),
             # A GPU whose UUID NVML cannot tell matches no advertised ID: unknown, not refused.
             offered=None if offer is None or not device.uuid else device.index in offer.devices,
         )
@@ -105,19 +112,21 @@ def _runs_compute(device: Device) -> bool:
 
 
 def _exclusive_holders(
-    device: Device, workloads: List[Workload], claims: Dict[TargetKey, Claims], owners: ProcessOwners
+    targets: Targets, workloads: List[Workload], claims: Dict[TargetKey, Claims], owners: ProcessOwners
 ) -> Dict[TargetKey, Holder]:
     """Targets held by exactly one container, not shared, whose processes have at most one owner
     (the host counting as one): their device series carry the container's tags."""
-    by_target: Dict[TargetKey, List[Workload]] = {}
+    sole: Dict[TargetKey, Optional[Holder]] = {}
     for workload in workloads:
-        by_target.setdefault(workload.target, []).append(workload)
-    mixed = {key for key, _, processes in targets_of(device) if len(_owners_of(key, processes, owners)) > 1}
-    return {
-        target: found[0].holder
-        for target, found in by_target.items()
-        if len(found) == 1 and not (claims.get(target) and claims[target].replicated) and target not in mixed
-    }
+        sole[workload.target] = None if workload.target in sole else workload.holder
+    # Workloads come in their targets' order, so walking the targets keeps the result's order.
+    exclusive = {}
+    for key, _, processes in targets:
+        holder = sole.get(key)
+        shared = claims.get(key) and claims[key].replicated
+        if holder is not None and not shared and len(_owners_of(key, processes, owners)) <= 1:
+            exclusive[key] = holder
+    return exclusive
 
 
 def _owners_of(key: TargetKey, processes: List[Process], owners: ProcessOwners) -> Set[HolderKey]:
@@ -126,12 +135,11 @@ def _owners_of(key: TargetKey, processes: List[Process], owners: ProcessOwners) 
     return {owners[(key, p.pid)].key if (key, p.pid) in owners else host for p in processes if not is_mps_server(p)}
 
 
-def _process_holders(device: Device, directory: PodDirectory) -> ProcessOwners:
+def _process_holders(targets: Targets, holders: ProcessHolders) -> ProcessOwners:
     """Each process's owner from its own cgroup, never from whoever holds its GPU."""
     found = {}
-    for key, _instance, processes in targets_of(device):
-        for process in processes:
-            holder = directory.for_process(process)
+    for (key, _instance, processes), owners in zip(targets, holders):
+        for process, holder in zip(processes, owners):
             if holder is not None:
                 found[(key, process.pid)] = holder
     return found

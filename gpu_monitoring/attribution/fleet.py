@@ -40,8 +40,10 @@ def activity_level(device: Device) -> Optional[float]:
 
 def device_state(device: Device, allocated: bool, threshold: float) -> DeviceState:
     active = allocated and busy(device)
+    if not active:
+        return DeviceState(allocated, active, False)  # an idle GPU is not effective at any level
     level = activity_level(device)
-    return DeviceState(allocated, active, active and level is not None and level >= threshold)
+    return DeviceState(allocated, active, level is not None and level >= threshold)
 
 
 def funnel(

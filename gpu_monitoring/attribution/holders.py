@@ -57,17 +57,20 @@ class PodDirectory:
         return bool(known and known.terminal)
 
     def for_allocation(self, allocation: Allocation) -> Holder:
-        holder = Holder(
-            key=("pod", allocation.namespace, allocation.pod, allocation.container),
+        key = ("pod", allocation.namespace, allocation.pod, allocation.container)
+        pod = self._by_name.get((allocation.namespace, allocation.pod))
+        container = next((c for c in pod.containers if c.name == allocation.container), None) if pod else None
+        if not (pod and container):
+            return Holder(key=key, namespace=allocation.namespace, pod=allocation.pod, container=allocation.container)
+        return Holder(
+            key=key,
             namespace=allocation.namespace,
             pod=allocation.pod,
             container=allocation.container,
+            container_id=container.container_id,
+            pod_uid=pod.uid,
+            env=dict(container.env),
         )
-        pod = self._by_name.get((allocation.namespace, allocation.pod))
-        container = next((c for c in pod.containers if c.name == allocation.container), None) if pod else None
-        if pod and container:
-            holder.pod_uid, holder.container_id, holder.env = pod.uid, container.container_id, dict(container.env)
-        return holder
 
     def for_process(self, process: Process) -> Optional[Holder]:
         if process.slurm:

@@ -29,10 +29,14 @@ class TargetResolver:
         self._mig: Dict[str, Tuple[Device, MigInstance]] = {
             m.uuid: (d, m) for d in snapshot.devices for m in d.mig_instances
         }
+        # An allocated ID is advertised too: each is resolved once per snapshot.
+        self._resolved: Dict[str, Optional[Target]] = {}
 
     def resolve(self, device_id: str) -> Target:
         """The target of one device ID; ValueError says why it matches no device here."""
-        target = self._target(_parse_device_id(device_id))
+        if device_id not in self._resolved:
+            self._resolved[device_id] = self._target(_parse_device_id(device_id))
+        target = self._resolved[device_id]
         if target is None:
             raise ValueError(f"device {device_id} matches no GPU or MIG instance NVML sees")
         return target
@@ -51,9 +55,10 @@ class TargetResolver:
         return Target(device.index, instance.uuid, replica) if instance else None
 
 
-def resolve_all(snapshot: Snapshot, allocations: List[Allocation]) -> Tuple[List[Tuple[Allocation, Target]], List[str]]:
+def resolve_all(
+    resolver: TargetResolver, snapshot: Snapshot, allocations: List[Allocation]
+) -> Tuple[List[Tuple[Allocation, Target]], List[str]]:
     """Allocations with their targets, and a line for each one that points nowhere (none is dropped silently)."""
-    resolver = TargetResolver(snapshot)
     resolved, problems = [], []
     for allocation in allocations:
         try:
@@ -77,11 +82,10 @@ class Offer:
     devices: Set[int]
 
 
-def advertised(snapshot: Snapshot) -> Optional[Offer]:
+def advertised(resolver: TargetResolver, snapshot: Snapshot) -> Optional[Offer]:
     """None when the kubelet did not say (before 1.23, or the call failed)."""
     if snapshot.allocations.advertised is None:
         return None
-    resolver = TargetResolver(snapshot)
     replicas: Dict[Tuple[int, Optional[str]], Set[str]] = {}
     devices: Set[int] = set()
     for device in snapshot.allocations.advertised:

@@ -11,6 +11,8 @@ from .targets import Target
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SLICES = re.compile(r"^(\d+)g\.")
 TargetKey = Tuple[int, Optional[str]]  # (GPU index, MIG instance UUID or None)
+Targets = List[Tuple[TargetKey, Optional[MigInstance], List[Process]]]
+ProcessHolders = List[List[Optional[Holder]]]  # per target, each process's owner (None: no container)
 
 
 @dataclass
@@ -73,7 +75,7 @@ def claims_by_target(
     return claims
 
 
-def targets_of(device: Device) -> List[Tuple[TargetKey, Optional[MigInstance], List[Process]]]:
+def targets_of(device: Device) -> Targets:
     if device.mig_instances:
         return [((device.index, m.uuid), m, m.processes) for m in device.mig_instances]
     return [((device.index, None), None, device.processes)]
@@ -85,10 +87,10 @@ def slicing_mode(device: Device) -> str:
     return "mig-parent" if device.mig_enabled else "none"
 
 
-def sharing_modes(device: Device, claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, str]:
+def sharing_modes(targets: Targets, claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, str]:
     """How each GPU or MIG instance is shared between containers: the Agent's check has no tag for
     this, so it is a tag of its own rather than more values of `gpu_slicing_mode`."""
-    return {key: _sharing_mode(processes, claims.get(key)) for key, _, processes in targets_of(device)}
+    return {key: _sharing_mode(processes, claims.get(key)) for key, _, processes in targets}
 
 
 def _sharing_mode(processes: List[Process], claims: Optional[Claims]) -> str:
@@ -98,12 +100,13 @@ def _sharing_mode(processes: List[Process], claims: Optional[Claims]) -> str:
 
 
 def build_workloads(
-    device: Device, claims: Dict[TargetKey, Claims], directory: PodDirectory, on_kubernetes: bool
+    device: Device, targets: Targets, owners: ProcessHolders, claims: Dict[TargetKey, Claims], on_kubernetes: bool
 ) -> List[Workload]:
+    """`owners` are the owners of the targets' processes, in the order of `targets_of(device)`."""
     workloads = []
-    for key, instance, processes in targets_of(device):
+    for (key, instance, processes), process_owners in zip(targets, owners):
         target_claims = claims.get(key) or Claims()
-        users = _adopt(_users(processes, directory), target_claims)
+        users = _adopt(_users(processes, process_owners), target_claims)
         holders = dict(target_claims.holders)
         for holder_key, (holder, _) in users.items():
             holders.setdefault(holder_key, holder)
@@ -143,14 +146,11 @@ def is_mps_server(process: Process) -> bool:
     return (process.name or "").startswith("nvidia-cuda-mps")
 
 
-def _users(processes: List[Process], directory: PodDirectory) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
+def _users(processes: List[Process], owners: List[Optional[Holder]]) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
     """Containers running processes on a target; the MPS server works for its clients, not as a workload."""
     users: Dict[HolderKey, Tuple[Holder, List[Process]]] = {}
-    for process in processes:
-        if is_mps_server(process):
-            continue
-        holder = directory.for_process(process)
-        if holder is not None:
+    for process, holder in zip(processes, owners):
+        if holder is not None and not is_mps_server(process):
             users.setdefault(holder.key, (holder, []))[1].append(process)
     return users
 
