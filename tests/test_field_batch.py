@@ -69,3 +69,5 @@ def test_an_entry_that_stops_answering_leaves_the_batch_and_the_rest_read_on(nod
     simulated.sim.advance(15)
     assert readings.read(device, wanted) == pynvml_reads(device, sorted(wanted - {("memory_temperature", 0)}))
     assert ("memory_temperature", 0) not in device.field_batch.keys
+    # The replaced batch's prepared call went with it: one binding for the one array asked.
+    assert [q.function for q in device._bound].count("nvmlDeviceGetFieldValues") == 1

@@ -116,6 +116,10 @@ class Device:
             return None
         return bound.value(*bound.outputs)
 
+    def unbind(self, query: queries.Query) -> None:
+        """Forget a query that will not be asked again (its arguments were replaced)."""
+        self._bound.pop(query, None)
+
     def read_first(self, *candidates: queries.Query) -> Optional[Any]:
         """The answer of the first query the device has not refused for good; newer symbols first."""
         for query in candidates:

@@ -104,6 +104,8 @@ def request(
     """One call for every wanted key not refused before; keys it refuses drop out for good."""
     batch = device.field_batch
     if batch is None or not batch.serves(wanted, device):
+        if batch is not None:
+            device.unbind(batch.query)
         batch = device.field_batch = Batch(wanted, device, field_id)
     if not batch.keys:
         return {}

@@ -31,7 +31,8 @@ class Query:
     `args` are C unsigned ints (clock types, sensors) or ctypes objects handed over as they are
     (an array NVML fills, a GPM sample); `outputs` the types NVML writes into;
     `value` makes the answer from the filled outputs; `version` is set in the first output
-    (versioned structures). Hashed by identity: each query is a module constant.
+    (versioned structures). Hashed by identity: a query is made once, a module constant or kept
+    by what asks it (a field batch, a GPM sampler).
     """
 
     __slots__ = ("function", "args", "outputs", "value", "version", "key")
