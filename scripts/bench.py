@@ -68,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse(argv)
     quiet_logs()
     if args.profile:
-        print(text(hotspots.section(args.profile, args.profile_runs)))
+        print(text(hotspots.section(args.profile, args.profile_runs, args.rounds)))
         return 0
     started = time.monotonic()
     report = Report()
@@ -101,7 +101,7 @@ def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
 
 
 def _profile(args: argparse.Namespace, _directory: Path, _report: Report) -> Section:
-    return hotspots.section("dgx-h100", args.profile_runs)
+    return hotspots.section("dgx-h100", args.profile_runs, args.rounds)
 
 
 def _scaling(args: argparse.Namespace, directory: Path, report: Report) -> Section:

@@ -11,7 +11,7 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from datadog_checks.base.stubs import aggregator, tagger
 
@@ -118,15 +118,20 @@ class Bench:
         return submitted()
 
     def run(self) -> RunCost:
+        cost, error = self.measure(self.check.run)
+        if error:
+            raise BenchError(f"the check failed: {error}")
+        return cost
+
+    def measure(self, stage: Callable[[], Any]) -> Tuple[RunCost, Any]:
+        """What stage() costs at the next instant, and what it returned."""
         self.sim.advance(INTERVAL)
         reset_stubs()
         inside, calls = self.sim.cpu_seconds, sum(self.sim.calls.values())
         started = time.thread_time()
-        error = self.check.run()
+        result = stage()
         cpu = time.thread_time() - started
-        if error:
-            raise BenchError(f"the check failed: {error}")
-        return RunCost(cpu, self.sim.cpu_seconds - inside, sum(self.sim.calls.values()) - calls)
+        return RunCost(cpu, self.sim.cpu_seconds - inside, sum(self.sim.calls.values()) - calls), result
 
     def kubernetes_requests(self) -> Tuple[int, int]:
         """Requests the simulated kubelet (`/pods`) and pod-resources (both methods) received."""

@@ -1,5 +1,6 @@
-"""Section 3: where a steady-state run spends its time, by function and by whose code it is."""
+"""Section 3: where a steady-state run spends its time, by stage, by function and by whose code it is."""
 
+from . import stages
 from .harness import Bench, per
 from .profiling import group_of, label, profile, shares, top
 from .report import Section, Table
@@ -7,7 +8,7 @@ from .report import Section, Table
 TOP = 25
 
 
-def section(scenario: str, runs: int) -> Section:
+def section(scenario: str, runs: int, rounds: int) -> Section:
     with Bench(scenario) as bench:
         bench.warm_up(2)
         stats = profile(bench, runs).stats
@@ -29,7 +30,7 @@ def section(scenario: str, runs: int) -> Section:
          for key, calls, tottime, cumtime in top(stats, TOP)],
     )
     return Section(
-        f"3. Profile: {scenario}, {runs} steady-state runs under cProfile",
-        [groups, functions],
+        f"3. Profile: {scenario}, its stages, and {runs} steady-state runs under cProfile",
+        [stages.table(scenario, rounds), groups, functions],
         ["times are cProfile's, inflated by its overhead on each call: compare shares, not milliseconds"],
     )

@@ -1,0 +1,59 @@
+"""The stages of a steady run, each timed on its own with the inputs a steady run gave it.
+
+Reading the node (NVML, and pod-resources on Kubernetes), attribution, health and submission are
+called one after another, interleaved with whole runs and the floor, each round at a new instant.
+Own CPU leaves the simulated driver out as section 2 does. A whole run costs more than the sum of
+its stages: they share the processor's caches with each other, and the run's garbage sets the
+collector off.
+"""
+
+from typing import Callable, Dict, List
+
+from gpu_monitoring.attribution import attribute
+
+from .floor import FloorCheck
+from .harness import Bench, median_ms
+from .report import Table
+
+
+def table(scenario: str, rounds: int) -> Table:
+    with Bench(scenario) as bench:
+        floor = FloorCheck(bench.warm_up(2))
+        floor.run()
+        check = bench.check
+        snapshot = check.source.read()
+        pods = check._pods(snapshot.allocations)
+        attribution = attribute(snapshot, pods, check.settings)
+        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered)
+                   for d in snapshot.devices}
+        stages: Dict[str, Callable[[], object]] = {
+            "whole run": bench.run,
+            "floor: the same series submitted as gauges": floor.run,
+            "reading the node (NVML and pod-resources)": check.source.read,
+            "of the reading: pod-resources": check.allocation_reader.read if check.allocation_reader else list,
+            "attribution": lambda: attribute(snapshot, pods, check.settings),
+            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered)
+                               for d in snapshot.devices],
+            "submission": lambda: check.submitter.submit(snapshot, healths, attribution),
+        }
+        measured: Dict[str, List[float]] = {name: [] for name in stages}
+        for _ in range(rounds):
+            for name, stage in stages.items():
+                measured[name].append(bench.measure(stage)[0].own)
+    ms = {name: median_ms(seconds) for name, seconds in measured.items()}
+    floor_ms = ms["floor: the same series submitted as gauges"]
+    ms["submission beyond the floor"] = ms["submission"] - floor_ms
+    parts = ("reading the node (NVML and pod-resources)", "attribution", "health", "submission")
+    ms["whole run less its stages"] = ms["whole run"] - sum(ms[name] for name in parts)
+    beyond = ms["whole run"] - floor_ms
+    return Table(
+        f"Stages of a steady run, {scenario}: own CPU, median of {rounds} interleaved rounds",
+        ["stage", "own ms/run", "share of the run beyond the floor"],
+        [[name, value, f"{value / beyond:.0%}" if beyond > 0 and name not in _WHOLE else ""]
+         for name, value in ms.items()],
+        ["each stage is called with the inputs a steady run gave it; `whole run less its stages`",
+         "is what running them together adds (shared caches, garbage collection, service checks of the run)"],
+    )
+
+
+_WHOLE = ("whole run", "floor: the same series submitted as gauges", "submission")
