@@ -91,9 +91,8 @@ class Device:
     # --- the safe call ----------------------------------------------------------------
 
     def call(self, function: str, *args: Any) -> Any:
-        """function(handle, *args). A refusal is remembered for the function and its int and str
-        arguments (a link, a clock): other arguments (arrays, rooms, C timestamps) do not tell calls apart."""
-        key = _key(function, args)
+        """function(handle, *args); a refusal is remembered under queries.refusal_key, as for Device.read."""
+        key = queries.refusal_key(function, args)
         if key in self._refused:
             raise CannotAnswer(f"{function} is not available on {self!r}")
         try:
@@ -160,7 +159,7 @@ class Device:
 
     def refuses(self, function: str, *args: Any) -> bool:
         """Whether NVML refused function(*args) for good on this device."""
-        return _key(function, args) in self._refused
+        return queries.refusal_key(function, args) in self._refused
 
     def _refuse(self, key: Tuple, error: Exception) -> None:
         self._refused.add(key)
@@ -364,12 +363,6 @@ class Device:
         if room is None:  # not setdefault: a Room is made only for a query not asked before
             room = self._rooms[query] = Room()
         return room
-
-
-def _key(function: str, args: Tuple) -> Tuple:
-    if not args:  # most calls: a list would only be built to be empty
-        return (function,)
-    return (function, *[a for a in args if isinstance(a, (int, str))])
 
 
 def handle_address(handle: Any) -> Optional[int]:

@@ -25,6 +25,14 @@ def plain(structure: type) -> type:
     return type(name, (ctypes.Structure,), {"_fields_": structure._fields_})
 
 
+def refusal_key(function: str, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """What a refusal is remembered under: the function and its int and str arguments (a link, a
+    clock); other arguments (arrays, rooms, C values, GPM samples) do not tell calls apart."""
+    if not args:  # most calls: a list would only be built to be empty
+        return (function,)
+    return (function, *[arg for arg in args if isinstance(arg, (int, str))])
+
+
 class Query:
     """One NVML function with fixed arguments: `function(handle, *args, *outputs)`.
 
@@ -44,8 +52,7 @@ class Query:
         self.outputs = tuple(outputs)
         self.value = value
         self.version = version
-        # What a refusal is remembered under, as for Device.call: the function and its int arguments.
-        self.key = (function, *(arg for arg in args if isinstance(arg, int)))
+        self.key = refusal_key(function, args)
 
     def __repr__(self) -> str:
         return f"{self.function}({', '.join(map(str, self.key[1:]))})"

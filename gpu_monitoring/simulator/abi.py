@@ -61,10 +61,6 @@ def put_pointer(address: int, value: int) -> None:
     ctypes.c_void_p.from_address(address).value = value
 
 
-def get_pointer(address: int) -> int:
-    return ctypes.c_void_p.from_address(address).value or 0
-
-
 def put_string(address: int, size: int, text: str) -> bool:
     """Copy text with its terminating NUL; False when the buffer is too small."""
     data = text.encode() + b"\0"
