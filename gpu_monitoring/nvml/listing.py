@@ -1,11 +1,13 @@
 """NVML queries that fill a caller's array (processes, process samples, retired pages), in one call.
 
 pynvml asks each of these twice every time: once for the count, once to fill an array of that
-size. Here the array is sized from the count the last call reported plus headroom, so a steady
-state asks once. When entries outgrow the room, NVML answers INSUFFICIENT_SIZE and writes the
-count it needs; the call is made again with that much room and more. The array itself is kept
-between calls while the room's size holds: NVML writes it anew each call, and entries past the
-count it reports are never read.
+size. Here the array is sized from the counts calls reported plus headroom, so a steady state
+asks once. When entries outgrow the room, NVML answers INSUFFICIENT_SIZE and writes the count it
+needs; the call is made again with that much room and more. The room never shrinks: a real
+driver asks room for its whole process-sample buffer (72 entries on an H100) before it writes
+the one or two samples there are, so a room fitted to the last answer would cost a second call
+every run. The array is kept between calls while the room's size holds: NVML writes it anew
+each call, and entries past the count it reports are never read.
 """
 
 import ctypes
@@ -35,8 +37,8 @@ class Room:
 
     def fit(self, count: int) -> None:
         # Half as many again (at least 4) for entries that appear before the next call.
-        entries = max(FIRST_ROOM, count + 4, count + count // 2)
-        if entries != self.entries:
+        entries = max(count + 4, count + count // 2)
+        if entries > self.entries:
             self.entries, self._array = entries, None
 
     def array(self, struct: type) -> ctypes.Array:

@@ -11,6 +11,7 @@ from .abi import array_at, nvml, put_uint
 from .device_model import MIB
 
 OK = pynvml.NVML_SUCCESS
+SAMPLE_BUFFER = 72  # process samples a real driver (580, H100) makes room for
 
 
 def _processes(sim, target, count_ptr, array_ptr, kind, struct):
@@ -52,12 +53,15 @@ for _query, _kind in (("nvmlDeviceGetComputeRunningProcesses", "compute"),
 def nvmlDeviceGetProcessUtilization(sim, target, samples_ptr, count_ptr, since_us):
     now_us = int(sim.now() * 1e6)
     busy = [(p, share) for p, share in target.device.process_shares(sim.now()) if share > 0]
+    # As a real H100 on driver 580 does: room for the whole sample buffer first, however few
+    # samples follow, and only then whether there are any.
+    needed = max(SAMPLE_BUFFER, len(busy))
+    if samples_ptr is None or ctypes.c_uint.from_address(count_ptr).value < needed:
+        put_uint(count_ptr, needed)
+        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
     if not busy or now_us <= since_us:
         return pynvml.NVML_ERROR_NOT_FOUND
-    capacity = ctypes.c_uint.from_address(count_ptr).value
     put_uint(count_ptr, len(busy))
-    if samples_ptr is None or capacity < len(busy):
-        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
     util = target.device.utilization(sim.now())
     memory_share = target.device.spec.load.get("memory_bandwidth_share", 0.55)
     samples = array_at(pynvml.c_nvmlProcessUtilizationSample_t, len(busy)).from_address(samples_ptr)
