@@ -82,7 +82,7 @@ class NodeCollector:
             **shared,
             "thermal": Thermal(),
             "clocks": Clocks(),
-            "pcie": Pcie(),
+            "pcie": Pcie(gpm_collects="gpm" in enabled),
             "nvlink": NvLink(),
             "memory_errors": MemoryErrors(),
             "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),

@@ -1,7 +1,9 @@
 """The batched nvmlDeviceGetFieldValues call: every wanted field of a device in one call.
 
 A field the driver refuses (per-entry NOT_SUPPORTED, INVALID_ARGUMENT, ...) is remembered on
-the device and never asked again until NVML restarts; `readings` then reads it another way.
+the device and never asked again until NVML restarts; `readings` then reads it another way. So
+is a counter that must be 64 bits wide and comes back in 32: it wraps too often to measure an
+interval by.
 
 The array of entries is built once per device and set of fields and handed to NVML again each
 run, and the answers are read back in one pass over its bytes: pynvml builds the array anew
@@ -43,6 +45,8 @@ _UINT_WORD = 8 if sys.byteorder == "little" else 9
 _DOUBLE = struct.Struct("=d")
 _SUCCESS = pynvml.NVML_SUCCESS
 _UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+_NARROW = {pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_SIGNED_INT,
+           pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT}
 
 
 def _signed(bits: int) -> Callable[[int], int]:
@@ -72,10 +76,12 @@ class Batch:
     """One device's request: the keys asked, in order, and the array NVML fills. It is built for
     a set of wanted keys and the refusals known then, and serves every run until either changes."""
 
-    def __init__(self, wanted: FrozenSet[FieldKey], device: "Device", field_id: Callable[[FieldKey], int]) -> None:
+    def __init__(self, wanted: FrozenSet[FieldKey], device: "Device", field_id: Callable[[FieldKey], int],
+                 wide: Callable[[FieldKey], bool]) -> None:
         self.wanted = wanted
         self.refusals = len(device.refused_fields)
         self.keys = tuple(sorted(wanted - device.refused_fields))
+        self.wide = frozenset(filter(wide, self.keys))  # counters a 32-bit answer is no use for
         self.entries = listing.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
             entry.fieldId, entry.scopeId = field_id(key), key[1]
@@ -99,14 +105,16 @@ class Batch:
 
 
 def request(
-    device: "Device", wanted: FrozenSet[FieldKey], field_id: Callable[[FieldKey], int]
+    device: "Device", wanted: FrozenSet[FieldKey], field_id: Callable[[FieldKey], int],
+    wide: Callable[[FieldKey], bool],
 ) -> Dict[FieldKey, float]:
-    """One call for every wanted key not refused before; keys it refuses drop out for good."""
+    """One call for every wanted key not refused before; keys it refuses drop out for good, and
+    so do the `wide` ones (64-bit counters) it answers in 32 bits."""
     batch = device.field_batch
     if batch is None or not batch.serves(wanted, device):
         if batch is not None:
             device.unbind(batch.query)
-        batch = device.field_batch = Batch(wanted, device, field_id)
+        batch = device.field_batch = Batch(wanted, device, field_id, wide)
     if not batch.keys:
         return {}
     if device.read(batch.query) is None:
@@ -133,6 +141,11 @@ def _decode_each(device: "Device", batch: Batch) -> Dict[FieldKey, float]:
     for index, (key, (_, _, timestamp, _, value_type, status, raw)) in enumerate(zip(batch.keys, entries)):
         if status != _SUCCESS:
             _failed(device, key, status)
+            continue
+        if value_type in _NARROW and key in batch.wide:
+            device.refused_fields.add(key)
+            log.info("%r: field %s (scope %d) is a 32-bit counter, which wraps within an interval under load; "
+                     "read another way from now on", device, *key)
             continue
         # Most fields are 64-bit counters, which need no decoding.
         if value_type != _UNSIGNED_LONG_LONG:

@@ -22,6 +22,15 @@ GPM_METRICS = {
     "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
     "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
 }
+# A whole GPU's PCIe traffic, MiB/s averaged over the interval, as bytes per second: exact where
+# the PCIe byte-counter fields are 32 bits wide and wrap many times an interval under load, and
+# sampled over 20 ms by nvmlDeviceGetPcieThroughput. GPU instances have no PCIe link of their own.
+MIB = 1 << 20
+PCIE_METRICS = {
+    "pcie.throughput.tx": pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    "pcie.throughput.rx": pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+}
+SCALE = dict.fromkeys(PCIE_METRICS, MIB)
 # pynvml's layouts without its per-attribute hooks, which each run's read of the answers would pay.
 _Metric = plain(pynvml.c_nvmlGpmMetric_t)
 MetricsGet = type("nvmlGpmMetricsGet_t", (ctypes.Structure,), {"_fields_": [
@@ -42,21 +51,21 @@ class GpmSampler:
     def __init__(self, device: Device, gpu_instance_id: Optional[int] = None):
         self.device = device
         self.gpu_instance_id = gpu_instance_id
+        self.metrics = GPM_METRICS if gpu_instance_id is not None else {**GPM_METRICS, **PCIE_METRICS}
         self._samples = None
         self._queries: list = []
         self._takes: list = []  # the prepared nvmlGpm(Mig)SampleGet of each sample
         self._have_previous = False
 
     def supported(self) -> bool:
-        physical = self.device.parent or self.device
-        return bool(physical.static("gpm", lambda: physical.call("nvmlGpmQueryDeviceSupport").isSupportedDevice))
+        return supported(self.device)
 
     def read(self) -> Dict[str, float]:
         if not self.supported():
             return {}  # a GPU before Hopper, asked every run: nothing to tell, no exception to raise
         if self._samples is None:
             self._samples = [_alloc(), _alloc()]
-            self._queries = [_query(*self._samples), _query(*reversed(self._samples))]
+            self._queries = [_query(self.metrics, *self._samples), _query(self.metrics, *reversed(self._samples))]
             self._takes = [self._take(sample) for sample in self._samples]
         if self.device.read(self._takes[1]) is None:
             return {}  # no sample this run: the next one measures from the last sample taken
@@ -66,7 +75,7 @@ class GpmSampler:
         if not self._have_previous:
             self._have_previous = True
             return {}
-        return _metrics(query)
+        return _metrics(self.metrics, query)
 
     def _take(self, sample: Any) -> Query:
         if self.gpu_instance_id is None:
@@ -84,25 +93,31 @@ class GpmSampler:
         self._have_previous = False
 
 
-def _query(first: Any, second: Any) -> Any:
+def supported(device: Device) -> bool:
+    """Whether the GPU (a MIG device's parent) has GPM: learnt once per NVML session."""
+    physical = device.parent or device
+    return bool(physical.static("gpm", lambda: physical.call("nvmlGpmQueryDeviceSupport").isSupportedDevice))
+
+
+def _query(metrics: Dict[str, int], first: Any, second: Any) -> Any:
     """The averages from sample `first` to sample `second`, the query NVML fills."""
     query = MetricsGet()
     query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-    query.numMetrics = len(GPM_METRICS)
+    query.numMetrics = len(metrics)
     query.sample1, query.sample2 = first, second
-    for slot, metric_id in enumerate(GPM_METRICS.values()):
+    for slot, metric_id in enumerate(metrics.values()):
         query.metrics[slot].metricId = metric_id
     return query
 
 
-def _metrics(query: Any) -> Dict[str, float]:
+def _metrics(metrics: Dict[str, int], query: Any) -> Dict[str, float]:
     try:
         pynvml.nvmlGpmMetricsGet(query)
     except pynvml.NVMLError as e:
         raise CannotAnswer(f"nvmlGpmMetricsGet: {e}") from e
     return {
-        name: metric.value
-        for name, metric in zip(GPM_METRICS, query.metrics)
+        name: metric.value * SCALE.get(name, 1)
+        for name, metric in zip(metrics, query.metrics)
         if metric.nvmlReturn == pynvml.NVML_SUCCESS
     }
 

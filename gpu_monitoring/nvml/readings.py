@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 class Reading(NamedTuple):
     field_id: int
     fallback: Optional[Reader] = None  # None: no function gives the value (the table says why)
+    wide: bool = False  # a counter only of use in 64 bits: a 32-bit answer counts as refused
 
 
 READINGS: Dict[str, Reading] = {
@@ -57,9 +58,10 @@ READINGS: Dict[str, Reading] = {
     # The limit in force, whoever set it (the same as nvmlDeviceGetEnforcedPowerLimit).
     "power_limit_mw": Reading(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, fallbacks.power_limit),
     "pcie_replay": Reading(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, fallbacks.pcie_replay),
-    # Byte counters; the fallback is a sampled rate under other names (pcie_*_kib_per_s).
-    "pcie_tx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, fallbacks.pcie_throughput),
-    "pcie_rx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, fallbacks.pcie_throughput),
+    # Byte counters; the fallback is a sampled rate under other names (pcie_*_kib_per_s). A real
+    # H100 on driver 580 answers them in 32 bits: at 25 GB/s they wrap six times a second.
+    "pcie_tx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, fallbacks.pcie_throughput, wide=True),
+    "pcie_rx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, fallbacks.pcie_throughput, wide=True),
     "ecc_corrected": Reading(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallbacks.ecc_corrected),
     "ecc_uncorrected": Reading(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, fallbacks.ecc_uncorrected),
     "remapped_correctable": Reading(pynvml.NVML_FI_DEV_REMAPPED_COR, fallbacks.remapped_rows),
@@ -90,7 +92,7 @@ def read(device: "Device", wanted: FrozenSet[FieldKey]) -> Dict[FieldKey, float]
 
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
-    values = request(device, wanted, _field_id)
+    values = request(device, wanted, _field_id, _wide)
     for reader, scope in _fallbacks(device, wanted):
         for answered, value in _serve(reader, device, scope).items():
             values.setdefault((answered, scope), value)
@@ -113,6 +115,10 @@ def _fallbacks(device: "Device", wanted: FrozenSet[FieldKey]) -> Tuple[Tuple[Rea
 
 def _field_id(key: FieldKey) -> int:
     return READINGS[key[0]].field_id
+
+
+def _wide(key: FieldKey) -> bool:
+    return READINGS[key[0]].wide
 
 
 def _serve(reader: Reader, device: "Device", scope: int) -> Dict[str, float]:

@@ -54,11 +54,15 @@ UNSIGNED_INT_FIELDS = {
     pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
     pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
-    pynvml.NVML_FI_DEV_REMAPPED_COR,
-    pynvml.NVML_FI_DEV_REMAPPED_UNC,
-    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
     pynvml.NVML_FI_DEV_RETIRED_PENDING,
+    # A real H100 on driver 580 answers the PCIe byte counters as 32-bit values that wrap at
+    # 4 GiB (many times a second under load); a model may say its driver keeps 64 bits.
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+}
+NARROW_COUNTERS_UNLESS = {
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_counter_bits",
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_counter_bits",
 }
 # The power fields (185-192) came with NVML 12: older drivers do not know them.
 POWER_FIELDS_SINCE_DRIVER = 525
@@ -85,13 +89,18 @@ def nvmlDeviceGetFieldValues(sim, target, count, array):
         if isinstance(value, float):
             entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
             entry.value.dVal = value
-        elif entry.fieldId in UNSIGNED_INT_FIELDS:
+        elif entry.fieldId in UNSIGNED_INT_FIELDS and not _wide(device, entry.fieldId):
             entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-            entry.value.uiVal = value
+            entry.value.uiVal = value & 0xFFFFFFFF
         else:
             entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             entry.value.ullVal = value
     return OK
+
+
+def _wide(device, field_id) -> bool:
+    fact = NARROW_COUNTERS_UNLESS.get(field_id)
+    return fact is not None and device.spec.get(fact, 32) == 64
 
 
 def _field(sim, device, counters, field_id, scope, now):

@@ -13,6 +13,11 @@ from .abi import nvml, put_pointer
 
 OK = pynvml.NVML_SUCCESS
 
+PCIE_MIB_PER_S = {
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: "pcie_tx_bytes",
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: "pcie_rx_bytes",
+}
+MIB = 1 << 20
 # Share of the graphics-engine activity each GPM metric reports, unless the load overrides it.
 GPM_SHARES = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: ("graphics", 1.0),
@@ -73,6 +78,17 @@ def _record(sim, device, load, sample_id):
     return OK
 
 
+def _pcie_rate(device, load, metric, t1, t2) -> None:
+    """The device's PCIe traffic between the samples, from the same counters the fields give;
+    a GPU instance's sample has none of its own."""
+    if load is not device.load or t2 <= t1:
+        metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return
+    key = PCIE_MIB_PER_S[metric.metricId]
+    metric.value = (device.counters(t2)[key] - device.counters(t1)[key]) / (t2 - t1) / MIB
+    metric.nvmlReturn = OK
+
+
 @nvml("p")
 def nvmlGpmMetricsGet(sim, out):
     query = pynvml.c_nvmlGpmMetricsGet_t.from_address(out)
@@ -88,6 +104,9 @@ def nvmlGpmMetricsGet(sim, out):
     shares = device.spec.load.get("profile", {})
     for i in range(query.numMetrics):
         metric = query.metrics[i]
+        if metric.metricId in PCIE_MIB_PER_S:
+            _pcie_rate(device, load, metric, t1, t2)
+            continue
         known = GPM_SHARES.get(metric.metricId)
         if known is None:
             metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
