@@ -294,7 +294,10 @@ class Device:
 
     def mig_devices(self) -> List["Device"]:
         """The MIG devices present now; a child keeps its memo while its handle stays the same."""
-        count = self.static("max_mig_devices", lambda: self.call("nvmlDeviceGetMaxMigDeviceCount")) or 0
+        # Learnt once it is known: a GPU answers 0 while MIG mode is off, and the mode can change.
+        count = self._static.get("max_mig_devices") or self._optional("nvmlDeviceGetMaxMigDeviceCount") or 0
+        if count:
+            self._static["max_mig_devices"] = count
         found = []
         for slot in range(count):
             handle = self.read(queries.mig_device(slot))

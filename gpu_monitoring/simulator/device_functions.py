@@ -161,6 +161,8 @@ def nvmlDeviceGetTemperatureThreshold(sim, target, kind, out):
     thresholds = {
         pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown_c",
         pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown_c",
+        pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "memory_max_c",
+        pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "gpu_max_c",
     }
     key = thresholds.get(kind)
     if key is None or key not in target.device.spec.facts:
@@ -366,7 +368,8 @@ def nvmlDeviceGetMigMode(sim, target, current, pending):
 def nvmlDeviceGetMaxMigDeviceCount(sim, target, out):
     if not target.device.spec.get("mig_capable"):
         return NOT_SUPPORTED
-    put_uint(out, 7)
+    # A real H100 answers 0 while MIG mode is off.
+    put_uint(out, 7 if target.device.mig else 0)
     return OK
 
 
