@@ -10,8 +10,9 @@ steady-state run asks each function only for what the batch could not answer.
 What a run still calls per GPU besides the batch, and why no field replaces it (nvml.h has no
 field for any of these; the nearest ones measure something else):
 - nvmlDeviceGetClockInfo (SM, memory, graphics, video): no clock fields.
-- nvmlDeviceGetUtilizationRates, nvmlDeviceGetDecoderUtilization (and the encoder where there is
-  one): engine utilization is sampled by the driver and has no field.
+- nvmlDeviceGetUtilizationRates, nvmlDeviceGetEncoderUtilization, nvmlDeviceGetDecoderUtilization:
+  engine utilization is sampled by the driver and has no field. (An H100 has no NVENC, yet its
+  driver answers 0 for the encoder, and 100 for its encoder capacity, so nothing tells it apart.)
 - nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetBAR1MemoryInfo: no memory-usage fields.
 - nvmlDeviceGetTemperature: the temperature fields (TEMPERATURE_*_TLIMIT) are limits, not the reading.
 - nvmlDeviceGetPerformanceState: no field.
@@ -20,7 +21,8 @@ field for any of these; the nearest ones measure something else):
 - nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's training.
 - nvmlDeviceGetMigMode: no field (IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE and IS_RESETLESS_MIG_SUPPORTED
   are capabilities); MIG mode can change while the check runs.
-- nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields.
+- nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields;
+  on Hopper they give PCIe throughput too, where the byte-counter fields are 32 bits wide.
 - The process queries (collectors.processes): lists of processes and samples, which fields cannot carry.
 Values read once per session (max clocks, PCIe max link, temperature threshold, NVLink link
 count, GPM support) are not in this list.
