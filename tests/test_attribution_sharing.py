@@ -88,8 +88,23 @@ def test_idle_replicas(t4):
     sm = workloads(t4, "workload.sm_utilization")
     process_sm = {pid: stub.value for pid, stub in processes(t4, "process.sm_utilization").items()}
     for pod, (gpu, _, pids) in PODS.items():
+        if gpu == MPS and pids:
+            continue  # below
         assert sm[(gpu, pod)] == sum(process_sm[pid] for pid in pids)
         assert (sm[(gpu, pod)] > 0) == (pod not in IDLE_PODS)
+
+
+def test_mps_clients_kernels_are_sampled_as_the_servers(t4, aggregator):
+    # As on a real H100 under MPS: NVML samples the MPS server for the work of all its clients, and
+    # no client, so a client's SM use is unknown (no series), not 0; the server's is their sum.
+    process_sm = {pid: stub.value for pid, stub in processes(t4, "process.sm_utilization").items()}
+    clients = [pid for _, (gpu, _, pids) in PODS.items() if gpu == MPS for pid in pids]
+    assert not set(clients) & set(process_sm)
+    assert process_sm[MPS_SERVER] > 0
+    assert {pod for (gpu, pod) in workloads(t4, "workload.sm_utilization") if gpu == MPS} == {"infer-4"}
+    # Their memory is theirs, each client listed once though the driver lists it twice.
+    memory = [stub for stub in t4.series("process.memory.used") if tag_dict(stub.tags)["pid"] in map(str, clients)]
+    assert sorted(int(tag_dict(stub.tags)["pid"]) for stub in memory) == sorted(clients)
 
 
 def test_mps_limits(t4):

@@ -44,14 +44,17 @@ class Processes(Collector):
         except CannotAnswer:
             return
         if any(map(_may_be_mps_server, found)):
-            found += self._mps_clients(device)
+            found = _with_mps_clients(found, self._mps_clients(device))
         out.metrics["processes.count"] = len({process.pid for process in found})
         usage = self._utilization(device, key, busy=bool(found))
         if usage is not None:
             for process in found:
-                # A process with no sample since the last run ran no kernel: 0, not unknown.
-                (process.sm_utilization, process.memory_utilization, process.encoder_utilization,
-                 process.decoder_utilization) = usage.get(process.pid, _IDLE)
+                # A process with no sample since the last run ran no kernel: 0, not unknown. But
+                # an MPS client's kernels run in the MPS server, sampled for all its clients.
+                sample = usage.get(process.pid, None if process.kind == "mps" else _IDLE)
+                if sample is not None:
+                    (process.sm_utilization, process.memory_utilization, process.encoder_utilization,
+                     process.decoder_utilization) = sample
         out.processes = found
 
     def _mps_clients(self, device: Device) -> List[Process]:
@@ -133,6 +136,13 @@ class ProcFaults:
         for key in set(self._active) - self._seen:
             log.info("%s no longer: process names and owners are read again", self._active.pop(key))
         self._seen = set()
+
+
+def _with_mps_clients(compute: List[Process], clients: List[Process]) -> List[Process]:
+    """One entry per process: a real driver lists each MPS client among the compute processes
+    too (nvidia-smi's "M+C"), and it is an MPS client."""
+    client_pids = {client.pid for client in clients}
+    return [process for process in compute if process.pid not in client_pids] + clients
 
 
 def _may_be_mps_server(process: Process) -> bool:

@@ -17,7 +17,8 @@ SAMPLE_BUFFER = 72  # process samples a real driver (580, H100) makes room for
 def _processes(sim, target, count_ptr, array_ptr, kind, struct):
     now = sim.now()
     pool = target.mig.processes(now) if target.mig else target.device.processes(now)
-    procs = [p for p in pool if p.get("type", "compute") == kind]
+    # A real driver lists an MPS client among the compute processes too (nvidia-smi's "M+C").
+    procs = [p for p in pool if kind == "compute" or p.get("type", "compute") == kind]
     capacity = ctypes.c_uint.from_address(count_ptr).value
     put_uint(count_ptr, len(procs))
     if not procs:
@@ -31,6 +32,17 @@ def _processes(sim, target, count_ptr, array_ptr, kind, struct):
             entry.gpuInstanceId = proc.get("gpu_instance_id", 0xFFFFFFFF)
             entry.computeInstanceId = proc.get("compute_instance_id", 0xFFFFFFFF)
     return OK
+
+
+def _sampled(device, now):
+    """The processes samples name, with their shares: as on a real driver, the kernels of MPS
+    clients run in the MPS server, which is sampled for all of them and they for none."""
+    shares = [(p, share) for p, share in device.process_shares(now) if share > 0]
+    server = next((p for p in device.processes(now) if p.get("name", "").startswith("nvidia-cuda-mps")), None)
+    clients = sum(share for p, share in shares if p.get("type") == "mps")
+    if server is None or not clients:
+        return shares
+    return [(p, share) for p, share in shares if p.get("type") != "mps"] + [(server, clients)]
 
 
 def _process_query(name: str, kind: str, struct) -> None:
@@ -52,7 +64,7 @@ for _query, _kind in (("nvmlDeviceGetComputeRunningProcesses", "compute"),
 @nvml("hppU")
 def nvmlDeviceGetProcessUtilization(sim, target, samples_ptr, count_ptr, since_us):
     now_us = int(sim.now() * 1e6)
-    busy = [(p, share) for p, share in target.device.process_shares(sim.now()) if share > 0]
+    busy = _sampled(target.device, sim.now())
     # As a real H100 on driver 580 does: room for the whole sample buffer first, however few
     # samples follow, and only then whether there are any.
     needed = max(SAMPLE_BUFFER, len(busy))
