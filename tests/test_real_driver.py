@@ -1,6 +1,7 @@
-"""The simulated H100 against what a real one answered (tests/data/real, recorded with
-scripts/driver_report.py on an H100 80GB HBM3, driver 580): every query the check makes, every
-field it batches and every fallback function, alike in status, value type and kind of answer."""
+"""The simulated H100 against what a real one answered (tests/data/real, recorded on an H100
+80GB HBM3, driver 580): every query the check makes, every field it batches and every fallback
+function alike in status, value type and kind of answer (scripts/driver_report.py); and every
+series the check sent there, sent by the simulated node too, of the same type and tag keys."""
 
 import json
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "tests" / "data" / "real" / "h100-80gb-hbm3-driver-580.json"
+SERIES = ROOT / "tests" / "data" / "real" / "h100-check-series.json"
 REPORT = ROOT / "scripts" / "driver_report.py"
 
 
@@ -50,3 +52,17 @@ def test_the_recorded_run_made_twenty_calls_for_its_gpu():
     calls = json.loads(RECORDED.read_text())["check"]["calls_per_gpu"]
     assert sum(n for name, n in calls.items() if name != "nvmlEventSetWait_v2") == 20
     assert calls["nvmlDeviceGetProcessUtilization"] == 1
+
+
+def test_every_series_the_real_h100_sent_the_simulated_node_sends(node, aggregator):
+    node("dgx-h100").run(3)
+    simulated = {}
+    for name in aggregator.metric_names:
+        for stub in aggregator.metrics(name):
+            kind = {aggregator.GAUGE: "gauge", aggregator.MONOTONIC_COUNT: "monotonic_count"}.get(stub.type)
+            simulated.setdefault((name, kind), set()).update(tag.split(":", 1)[0] for tag in stub.tags)
+    recorded = json.loads(SERIES.read_text())
+    for name, kind, tag_keys in recorded["metrics"]:
+        assert (name, kind) in simulated, (name, kind)
+        assert set(tag_keys) <= simulated[(name, kind)], (name, set(tag_keys) - simulated[(name, kind)])
+    assert {name for name, _ in recorded["service_checks"]} <= set(aggregator._service_checks)
