@@ -98,6 +98,12 @@ def test_without_the_gpm_collector_hopper_falls_back_to_sampling(node):
     assert set(dgx.values("pcie.throughput.tx")) == set(GPUS)
 
 
+def test_without_the_pcie_collector_gpm_asks_no_pcie_metric(node):
+    dgx = node("dgx-h100", disabled_collectors=["pcie"]).run(2)
+    assert dgx.values("sm_active") and dgx.values("pcie.throughput.tx") == {}
+    assert dgx.sim.calls[SAMPLING] == 0
+
+
 def test_mig_instances_have_no_pcie_throughput_of_their_own(node, tmp_path):
     scenario = tmp_path / "h100-mig.yaml"
     scenario.write_text(H100_PCIE_NODE + """

@@ -20,18 +20,20 @@ class Utilization(Collector):
 
 
 class Gpm(Collector):
-    """One sampler per GPU, or per GPU instance of a MIG device, kept across runs."""
+    """One sampler per GPU, or per GPU instance of a MIG device, kept across runs. A whole GPU's
+    sample gives its PCIe throughput too, for the pcie collector (where that one runs)."""
 
     name = "gpm"
 
-    def __init__(self) -> None:
+    def __init__(self, pcie: bool = True) -> None:
         self._samplers: Dict[Tuple[int, Optional[int]], GpmSampler] = {}
+        self._pcie = pcie
 
     def collect(self, device: Device, fields: Fields, out) -> None:
         key = sample_key(device)
         sampler = self._samplers.get(key)
         if sampler is None:
-            sampler = self._samplers[key] = GpmSampler(device.parent or device, key[1])
+            sampler = self._samplers[key] = GpmSampler(device.parent or device, key[1], self._pcie)
         try:
             out.metrics.update(sampler.read())
         except CannotAnswer:

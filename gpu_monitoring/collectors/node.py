@@ -74,7 +74,7 @@ class NodeCollector:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
         shared = {
             "utilization": Utilization(),
-            "gpm": Gpm(),
+            "gpm": Gpm(pcie="pcie" in enabled),
             "memory": Memory(),
             "processes": Processes(self.proc_root),
         }

@@ -48,10 +48,11 @@ class GpmSampler:
     queries over them (older, newer), built once: filling a query is most of what a read costs.
     """
 
-    def __init__(self, device: Device, gpu_instance_id: Optional[int] = None):
+    def __init__(self, device: Device, gpu_instance_id: Optional[int] = None, pcie: bool = True):
         self.device = device
         self.gpu_instance_id = gpu_instance_id
-        self.metrics = GPM_METRICS if gpu_instance_id is not None else {**GPM_METRICS, **PCIE_METRICS}
+        whole_gpu = gpu_instance_id is None
+        self.metrics = {**GPM_METRICS, **PCIE_METRICS} if pcie and whole_gpu else GPM_METRICS
         self._samples = None
         self._queries: list = []
         self._takes: list = []  # the prepared nvmlGpm(Mig)SampleGet of each sample
