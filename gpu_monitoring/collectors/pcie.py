@@ -54,11 +54,15 @@ class Pcie(Collector):
             if rates is not None:
                 m[THROUGHPUT[0]], m[THROUGHPUT[1]] = rates
             return
-        sampled = fields if all(key in fields for key in SAMPLED_KIB_PER_S) else None
-        if sampled is None and self._from_gpm(device):
-            sampled = {(name, 0): value for name, value in fallbacks.pcie_throughput(device, 0).items()}
+        if all(key in fields for key in SAMPLED_KIB_PER_S):
+            sampled = [fields[key] for key in SAMPLED_KIB_PER_S]
+        elif self._from_gpm(device):
+            answer = fallbacks.pcie_throughput(device, 0)
+            sampled = [answer[name] for name, _ in SAMPLED_KIB_PER_S] if answer else []
+        else:
+            return
         if sampled:
-            m[THROUGHPUT[0]], m[THROUGHPUT[1]] = (sampled[key] * 1024 for key in SAMPLED_KIB_PER_S)
+            m[THROUGHPUT[0]], m[THROUGHPUT[1]] = (kib_per_s * 1024 for kib_per_s in sampled)
 
     def forget(self) -> None:
         self._rates.forget()

@@ -17,6 +17,10 @@ from .scenario import DeviceSpec, Fault, MigSpec
 MIB = 1024 * 1024
 
 
+def is_mps_server(process: Dict) -> bool:
+    return process.get("name", "").startswith("nvidia-cuda-mps")
+
+
 # NVLink 4 carries 25 GB/s per direction per link; a busy training job uses a share of it.
 NVLINK_BYTES_PER_S_AT_FULL_LOAD = 0.4 * 25e9
 PCIE_KB_PER_S_AT_FULL_LOAD = 12e6
@@ -177,7 +181,7 @@ class SimDevice:
     def process_shares(self, now: float) -> List[tuple]:
         """Each compute or MPS-client process with its share of the GPU's activity: `sm` in the
         scenario when given (percent of the device), else in proportion to its memory."""
-        procs = [p for p in self.processes(now) if not p.get("name", "").startswith("nvidia-cuda-mps")]
+        procs = [p for p in self.processes(now) if not is_mps_server(p)]
         total = sum(p.get("memory_mib", 0) for p in procs) or 1
         return [(p, p["sm"] / 100 if "sm" in p else p.get("memory_mib", 0) / total) for p in procs]
 

@@ -10,6 +10,7 @@ import ctypes
 import pynvml
 
 from .abi import nvml, put_pointer
+from .device_model import MIB
 
 OK = pynvml.NVML_SUCCESS
 
@@ -17,7 +18,6 @@ PCIE_MIB_PER_S = {
     pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: "pcie_tx_bytes",
     pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: "pcie_rx_bytes",
 }
-MIB = 1 << 20
 # Share of the graphics-engine activity each GPM metric reports, unless the load overrides it.
 GPM_SHARES = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: ("graphics", 1.0),

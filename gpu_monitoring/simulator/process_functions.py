@@ -8,7 +8,7 @@ import pynvml
 
 from ..nvml.processes import ProcessInfoV1
 from .abi import array_at, nvml, put_uint
-from .device_model import MIB
+from .device_model import MIB, is_mps_server
 
 OK = pynvml.NVML_SUCCESS
 SAMPLE_BUFFER = 72  # process samples a real driver (580, H100) makes room for
@@ -38,7 +38,7 @@ def _sampled(device, now):
     """The processes samples name, with their shares: as on a real driver, the kernels of MPS
     clients run in the MPS server, which is sampled for all of them and they for none."""
     shares = [(p, share) for p, share in device.process_shares(now) if share > 0]
-    server = next((p for p in device.processes(now) if p.get("name", "").startswith("nvidia-cuda-mps")), None)
+    server = next((p for p in device.processes(now) if is_mps_server(p)), None)
     clients = sum(share for p, share in shares if p.get("type") == "mps")
     if server is None or not clients:
         return shares
