@@ -84,8 +84,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             client = SidecarClient(self.config.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
         if self.kubelet is not None:
+            # Pods and their devices are kept as long as each other: one TTL, one view of the node.
             self.allocation_reader = AllocationReader(self.options.pod_resources_socket,
-                                                      self.options.gpu_resource_names)
+                                                      self.options.gpu_resource_names, ttl=self.kubelet.ttl)
         return LocalSource(self._open_collector)
 
     def _open_collector(self) -> "NodeCollector":

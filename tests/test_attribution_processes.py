@@ -95,7 +95,7 @@ def test_snapshot_round_trip_keeps_allocations_and_process_owners(node):
 
 
 def test_snapshot_round_trip_keeps_a_pod_resources_failure(node):
-    dgx = node("dgx-h100").run()
+    dgx = node("dgx-h100", pod_cache_ttl=0).run()  # pod-resources is asked again at once
     dgx.check.simulated_node.pod_resources.stop()
     back = Snapshot.from_json(dgx.check.source.read().to_json())
     assert back.allocations.source == "error"

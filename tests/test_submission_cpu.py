@@ -52,7 +52,7 @@ def sharing_modes(dgx):
 
 
 def test_a_gpu_that_comes_to_be_shared_carries_its_new_mode(node):
-    dgx = node("dgx-h100").run()
+    dgx = node("dgx-h100", pod_cache_ttl=0).run()  # pod-resources tells the new pods at once
     assert set(sharing_modes(dgx).values()) == {"none"}
     served = dgx.check.simulated_node
     whole = served.allocations()

@@ -1,7 +1,8 @@
 """Which devices the kubelet gave which containers, and which it can give, from its pod-resources socket."""
 
+import dataclasses
 import time
-from typing import Callable, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Callable, FrozenSet, Hashable, Iterable, List, Optional, Set, Tuple
 
 from ..kube.device_ids import DEFAULT_RESOURCES
 from ..kube.pod_resources import LastAnswer, PodResourcesError, list_allocatable, list_allocations
@@ -12,7 +13,11 @@ ADVERTISED_TTL = 300.0
 
 
 class AllocationReader:
-    """Reads pod-resources each collection; a failure is data (source `error`), never an exception.
+    """Reads pod-resources; a failure is data (source `error`), never an exception.
+
+    An answer is kept for `ttl` seconds (0: every collection asks), as the kubelet's pods are, and
+    asked again sooner when the collection says the GPUs' users changed: a container that starts
+    or ends on a GPU shows there first. A failure is not kept: the next collection asks again.
 
     The advertised devices are read again after ADVERTISED_TTL seconds, or sooner when a container
     holds an ID they lacked at the last read (the plugin changed). An ID still missing after that
@@ -25,11 +30,14 @@ class AllocationReader:
         extra_resources: Iterable[str] = (),
         timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        ttl: float = 0.0,
     ):
         self.socket_path = socket_path
         self.patterns = tuple(DEFAULT_RESOURCES) + tuple(extra_resources)
         self.timeout = timeout
+        self.ttl = ttl
         self._clock = clock
+        self._kept: Optional[Tuple[float, Hashable, Allocations]] = None  # when asked, the users then, the answer
         self._advertised: Optional[List[Advertised]] = None
         self._advertised_error: Optional[str] = None
         self._read_at: Optional[float] = None
@@ -38,7 +46,19 @@ class AllocationReader:
         self._last_allocations: LastAnswer[Allocation] = LastAnswer()
         self._last_advertised: LastAnswer[Advertised] = LastAnswer()
 
-    def read(self) -> Allocations:
+    def read(self, users: Hashable = None) -> Allocations:
+        """What pod-resources says now, or within the TTL while `users` (who runs on which GPU, as the
+        caller tells it) stay what they were. Callers may change what they get: it is theirs."""
+        now = self._clock()
+        kept = self._kept
+        if kept is None or kept[1] != users or now - kept[0] >= self.ttl:
+            kept = self._kept = now, users, self._ask()
+        answer = kept[2]
+        if answer.source == "error":
+            self._kept = None
+        return dataclasses.replace(answer, items=list(answer.items))
+
+    def _ask(self) -> Allocations:
         try:
             found = list_allocations(self.socket_path, self.patterns, self.timeout, self._last_allocations)
         except PodResourcesError as e:

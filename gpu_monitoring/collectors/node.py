@@ -160,7 +160,7 @@ class NodeCollector:
             self.events.register([d for d in self.session.devices if d.handle is not None])
         uuids = {d.index: d.uuid for d in devices}
         return snapshot.Snapshot(
-            allocations=self.allocations.read() if self.allocations else snapshot.Allocations(),
+            allocations=self.allocations.read(_users(devices)) if self.allocations else snapshot.Allocations(),
             timestamp=time.time(),
             node=snapshot.Node(
                 driver_version=self.session.driver_version,
@@ -213,3 +213,13 @@ class NodeCollector:
                 if getattr(out, name) is None:
                     setattr(out, name, getattr(last, name))
         self._last_seen[out.index] = out
+
+
+def _users(devices: List[snapshot.Device]) -> FrozenSet[tuple]:
+    """Which pod (or container) runs on which GPU: when this changes, pod-resources has news."""
+    return frozenset(
+        (device.index, process.pod_uid or process.container_id)
+        for device in devices
+        for target in (device, *device.mig_instances)
+        for process in target.processes
+    )

@@ -26,6 +26,7 @@ from datadog_checks.base.utils.http import RequestsWrapper
 
 from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
 from ..options import boolean, number, text
+from . import DEFAULT_TTL
 from .deadline_watch import DeadlineWatch, watch_sessions
 from .pod_list import PodInfo, parse_pod_list
 
@@ -42,7 +43,6 @@ DEFAULT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DEFAULT_CA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 10250
-DEFAULT_TTL = 30.0
 DEFAULT_TIMEOUT = 5.0
 # A 110-pod node's /pods is a few MiB (10 to 30 KiB a pod); ten times that is still no real node's.
 MAX_BODY_BYTES = 32 * MIB

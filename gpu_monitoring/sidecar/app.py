@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 from .. import __version__
 from ..collectors.allocations import AllocationReader
 from ..collectors.node import NodeCollector
+from ..kube import DEFAULT_TTL
 from ..nvml.errors import NvmlError
 from ..nvml.session import NvmlSession
 from . import protocol
@@ -29,11 +30,12 @@ class Sidecar:
         proc_root: Optional[str] = "/proc",
         pod_resources_socket: Optional[str] = None,
         journal_wait: float = 30.0,
+        pod_cache_ttl: float = DEFAULT_TTL,
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
         self.session_lock = threading.Lock()
-        allocations = AllocationReader(pod_resources_socket) if pod_resources_socket else None
+        allocations = AllocationReader(pod_resources_socket, ttl=pod_cache_ttl) if pod_resources_socket else None
         self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
         self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.collector.restart)

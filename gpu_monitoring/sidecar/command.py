@@ -7,6 +7,7 @@ import sys
 from typing import Optional, Union
 
 from ..deps import MissingPackage, require
+from ..kube import DEFAULT_TTL
 from ..options import MAX_SOCKET_PATH_BYTES
 from . import protocol
 from .journal import JournalLockedError
@@ -21,6 +22,9 @@ def add_parsers(commands) -> None:
     sidecar.add_argument("--proc-root", default="/proc", help="where process names and cgroups are read")
     sidecar.add_argument("--pod-resources-socket", default=DEFAULT_POD_RESOURCES,
                          help="the kubelet's pod-resources socket (used when it exists)")
+    sidecar.add_argument("--pod-cache-ttl", type=float, default=DEFAULT_TTL, metavar="SECONDS",
+                         help="seconds a pod-resources answer is kept while the GPUs' processes keep their "
+                              f"containers (default {DEFAULT_TTL:g}; 0 asks for every snapshot)")
     sidecar.add_argument("--nvml-library-path", help="load this libnvidia-ml instead of the system one")
     sidecar.add_argument("--simulate", metavar="SCENARIO", help="serve a simulated node (name or YAML path)")
     sidecar.add_argument("--speed", type=float, default=1.0,
@@ -66,7 +70,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     try:
         try:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
-                              journal_wait=args.journal_wait)
+                              journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
             sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")
