@@ -153,6 +153,27 @@ def test_one_request_per_ttl(kubelet):
     assert kubelet.requests == 2
 
 
+def test_one_tls_connection_serves_every_request(kubelet):
+    kube = client(kubelet)
+    for _ in range(3):
+        assert [p.name for p in kube.pods()] == ["trainer-0"]
+    assert (kubelet.requests, kubelet.connections) == (3, 1)
+
+
+def test_the_environments_proxy_ca_and_netrc_are_not_used(kubelet, monkeypatch, tmp_path):
+    # A proxy nobody listens on, a CA bundle that does not exist, and a .netrc whose password
+    # would replace the bearer token: any of them used would fail the request.
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "missing.pem"))
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password not-the-token\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert [p.name for p in client(kubelet).pods()] == ["trainer-0"]
+
+
 def test_down_kubelet_is_a_warning_asked_once_per_ttl():
     kube = KubeletClient(f"https://127.0.0.1:{closed_port()}/pods", None, None, ttl=SHORT_TTL)
     first = failure(kube)

@@ -102,6 +102,7 @@ class KubeletServer:
         self.behaviour = behaviour
         self.delay = delay
         self.requests = 0
+        self.connections = 0  # TLS connections accepted: one serves many requests while the client keeps it
         self._pods = list(pods)
         self._token = token
         self._lock = threading.Lock()
@@ -216,6 +217,7 @@ class _TlsServer(ThreadingHTTPServer):
         # The handshake runs here, on the request's own thread, so a slow or failing client
         # never stalls the accept loop.
         request.settimeout(SOCKET_TIMEOUT)
+        self.kubelet.connections += 1
         with self.tls_context.wrap_socket(request, server_side=True, do_handshake_on_connect=False) as tls:
             tls.do_handshake()
             self.RequestHandlerClass(tls, client_address, self)
@@ -228,6 +230,7 @@ class _TlsServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _TlsServer
     server_version = "kubelet"
+    protocol_version = "HTTP/1.1"  # keeps connections open between requests, as the kubelet does
 
     def do_GET(self) -> None:
         status, body = self.server.kubelet._answer(self.path, self.headers.get("Authorization"))
