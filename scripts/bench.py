@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 # gRPC's C core logs each pod-resources channel it closes; set before grpc loads, children inherit it.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from bench_support import calls, cpu, document, hotspots, memory_report, plot, scaling, scenarios  # noqa: E402
+from bench_support import calls, cpu, document, hotspots, memory_report, plot, refresh, scaling, scenarios  # noqa: E402
 from bench_support.floor import compare  # noqa: E402
 from bench_support.harness import quiet_logs  # noqa: E402
 from bench_support.memory_modes import measure_modes  # noqa: E402
@@ -97,7 +97,9 @@ def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     comparisons = [(name, compare(name, args.rounds)) for name in args.scenario]
     name, headline = next(((n, c) for n, c in comparisons if n == "dgx-h100"), comparisons[0])
     fields = cpu.field_cost(name, min(FIELD_PROFILE_RUNS, args.profile_runs), headline.own_ms)
-    return cpu.section(comparisons, (name, fields), report)
+    section = cpu.section(comparisons, (name, fields), report)
+    section.tables.append(refresh.table(name, refresh.measure(headline, name, args.rounds)))
+    return section
 
 
 def _profile(args: argparse.Namespace, _directory: Path, _report: Report) -> Section:

@@ -52,8 +52,9 @@ class FloorComparison:
         return per(per(self.cpu_ms, self.series), per(self.floor_ms, self.floor_series))
 
 
-def compare(scenario: str, rounds: int) -> FloorComparison:
-    with Bench(scenario) as bench:
+def compare(scenario: str, rounds: int, **options: Any) -> FloorComparison:
+    """The check's steady runs (with instance `options`) and the floor, interleaved."""
+    with Bench(scenario, **options) as bench:
         floor = FloorCheck(bench.warm_up(2))
         floor.run()  # its own first run (initializations) is no steady one either
         checks: List[RunCost] = []

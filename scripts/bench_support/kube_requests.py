@@ -1,7 +1,7 @@
 """Requests the check makes of the kubelet (`/pods`) and of pod-resources, from the simulated servers' counters.
 
 The pod cache's TTL is real (monotonic) time, so the check runs back to back for a few TTLs:
-it may ask the kubelet once in each TTL window that began, never more.
+it may ask the kubelet, and pod-resources, once in each TTL window that began, never more.
 """
 
 import math
@@ -31,6 +31,10 @@ class KubeRequests:
     @property
     def pod_resources_per_run(self) -> float:
         return per(self.pod_resources, self.runs)
+
+    @property
+    def pod_resources_per_ttl(self) -> float:
+        return per(self.pod_resources, self.windows)
 
 
 def count_requests(scenario: str, ttl: float, seconds: float) -> KubeRequests:

@@ -107,7 +107,7 @@ def _requests(report: Report, ttl: float) -> Table:
         ["figure", "count", "per", "target", "verdict"],
         [["kubelet /pods requests", r.kubelet, f"{r.kubelet_per_ttl:.2f} per TTL ({r.windows} TTLs)", "<= 1", kubelet],
          ["pod-resources calls (List + GetAllocatableResources)", r.pod_resources,
-          f"{r.pod_resources_per_run:.2f} per run", "<= 1", resources]],
+          f"{r.pod_resources_per_run:.3f} per run, {r.pod_resources_per_ttl:.2f} per TTL", "<= 1", resources]],
     )
 
 

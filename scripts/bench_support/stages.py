@@ -1,7 +1,8 @@
 """The stages of a steady run, each timed on its own with the inputs a steady run gave it.
 
-Reading the node (NVML, and pod-resources on Kubernetes), attribution, health and submission are
-called one after another, interleaved with whole runs and the floor, each round at a new instant.
+Reading the node (NVML; pod-resources is asked once per pod_cache_ttl, not in a steady run),
+attribution, health and submission are called one after another, interleaved with whole runs and
+the floor, each round at a new instant.
 Own CPU leaves the simulated driver out as section 2 does. A whole run costs more than the sum of
 its stages: they share the processor's caches with each other, and the run's garbage sets the
 collector off.
@@ -29,8 +30,7 @@ def table(scenario: str, rounds: int) -> Table:
         stages: Dict[str, Callable[[], object]] = {
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
-            "reading the node (NVML and pod-resources)": check.source.read,
-            "of the reading: pod-resources": check.allocation_reader.read if check.allocation_reader else list,
+            "reading the node": check.source.read,
             "attribution": lambda: attribute(snapshot, pods, check.settings),
             "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered)
                                for d in snapshot.devices],
@@ -43,7 +43,7 @@ def table(scenario: str, rounds: int) -> Table:
     ms = {name: median_ms(seconds) for name, seconds in measured.items()}
     floor_ms = ms["floor: the same series submitted as gauges"]
     ms["submission beyond the floor"] = ms["submission"] - floor_ms
-    parts = ("reading the node (NVML and pod-resources)", "attribution", "health", "submission")
+    parts = ("reading the node", "attribution", "health", "submission")
     ms["whole run less its stages"] = ms["whole run"] - sum(ms[name] for name in parts)
     beyond = ms["whole run"] - floor_ms
     return Table(
