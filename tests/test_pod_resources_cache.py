@@ -15,18 +15,11 @@ from gpu_monitoring.snapshot import Allocation
 
 from .attribution_support import pod_tags, workloads
 from .conftest import H100_PCIE_NODE
+from .test_pod_resources import Clock
 
 UUID = "GPU-0c6a1a54-4a4d-4c4b-9c8d-1a2b3c4d5e6f"
 TRAINER = Allocation("ml", "trainer", "main", "nvidia.com/gpu", UUID)
 TTL = 30.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
