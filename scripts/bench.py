@@ -16,6 +16,7 @@ the targets say: each is printed PASS or FAIL beside its figure.
 import argparse
 import json
 import os
+import platform
 import shlex
 import sys
 import tempfile
@@ -28,7 +29,18 @@ sys.path.insert(0, str(ROOT))
 # gRPC's C core logs each pod-resources channel it closes; set before grpc loads, children inherit it.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from bench_support import calls, cpu, document, hotspots, memory_report, plot, refresh, scaling, scenarios  # noqa: E402
+from bench_support import (  # noqa: E402
+    calls,
+    cpu,
+    document,
+    headline,
+    hotspots,
+    memory_report,
+    plot,
+    refresh,
+    scaling,
+    scenarios,
+)
 from bench_support.floor import compare  # noqa: E402
 from bench_support.harness import quiet_logs  # noqa: E402
 from bench_support.memory_modes import measure_modes  # noqa: E402
@@ -110,9 +122,9 @@ def _scaling(args: argparse.Namespace, directory: Path, report: Report) -> Secti
     return scaling.section(directory, args.scaling_runs, report, args.max_processes, args.kube_ttl)
 
 
-def _memory(args: argparse.Namespace, _directory: Path, _report: Report) -> Section:
+def _memory(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     warm_up = min(MEMORY_WARM_UP, max(args.runs // 10, 1))
-    return memory_report.section(measure_modes(args.runs, args.trace_runs, warm_up))
+    return memory_report.section(measure_modes(args.runs, args.trace_runs, warm_up), report)
 
 
 def _write(args: argparse.Namespace, report: Report, elapsed: float) -> None:
@@ -122,6 +134,11 @@ def _write(args: argparse.Namespace, report: Report, elapsed: float) -> None:
     problem = plot.write(report.curves, args.out / "performance.png")
     print(f"wrote {args.out / 'PERFORMANCE.md'}" + (f"; no plot: {problem}" if problem else
                                                    f" and {args.out / 'performance.png'}"))
+    machine = f"{os.cpu_count()}-core {document.cpu_model()}, Python {platform.python_version()}"
+    # Only a run into the project's own docs speaks for the README.
+    readme = ROOT / "README.md" if args.out == ROOT / "docs" else None
+    headline.write(headline.figures(report, elapsed, machine), args.out / "performance.json", readme)
+    print(f"wrote {args.out / 'performance.json'}" + (" and README.md's figures" if readme else ""))
     if args.json:
         args.json.write_text(json.dumps(report.to_json(), indent=1))
 

@@ -12,7 +12,7 @@ from typing import Dict, List, Set
 from gpu_monitoring.nvml.fallbacks import FUNCTIONS as FALLBACKS
 
 from .harness import Bench
-from .report import Report, Section, Table
+from .report import HEADLINE_SCENARIO, Report, Section, Table
 
 CALLS_LIMIT = 20  # calls per GPU per run
 # Made once a run for the whole node, however many GPUs it has (once more for each event found).
@@ -82,5 +82,7 @@ def _verdict(count: CallCount, report: Report, targeted: Set[str]) -> str:
     if count.label not in targeted:
         return "-"
     figure = count.for_the_gpus
+    if count.label == HEADLINE_SCENARIO:
+        report.headline["nvml_calls_per_gpu"] = figure
     name = f"NVML calls per GPU per run besides field fallbacks and the node's event drain, {count.label}"
     return report.target(name, figure, f"<= {CALLS_LIMIT}", figure <= CALLS_LIMIT)

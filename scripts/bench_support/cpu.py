@@ -7,7 +7,7 @@ from .entry import entry
 from .floor import FloorComparison
 from .harness import Bench, per
 from .profiling import cumulative, own_time, profile
-from .report import Report, Section, Table
+from .report import HEADLINE_SCENARIO, Report, Section, Table
 
 FLOOR_LIMIT = 1.4  # the check's own CPU per series, in floors
 
@@ -59,6 +59,9 @@ def section(comparisons: List[Tuple[str, FloorComparison]], fields: Tuple[str, F
                                 c.ratio_own <= FLOOR_LIMIT)
         table.rows.append([label, c.series, c.floor_ms, c.cpu_ms, c.cpu_ms - c.own_ms, c.own_ms,
                            c.ratio_own, c.ratio_own_and_entry, c.ratio_with_driver, verdict])
+        if label == HEADLINE_SCENARIO:
+            report.headline.update(series_per_run=c.series, own_ms_per_run=c.own_ms, floor_ms_per_run=c.floor_ms,
+                                   own_over_floor=c.ratio_own)
     calibrated = entry()
     table.notes += [
         "`of which sim. driver`: the CPU inside the simulated NVML functions, plus "

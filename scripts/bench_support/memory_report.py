@@ -3,12 +3,16 @@
 from typing import List
 
 from .memory import MemoryFigures, Site
-from .report import Section, Table
+from .report import Report, Section, Table
 
 
-def section(modes: List[MemoryFigures]) -> Section:
+def section(modes: List[MemoryFigures], report: Report) -> Section:
     tables: List[Table] = []
     for figures in modes:
+        report.headline["memory_runs"] = figures.runs
+        report.headline[f"{figures.mode}_mode_check_rss_mib"] = list(figures.rss.values())[-1]
+        if figures.sidecar_rss:
+            report.headline["sidecar_rss_mib"] = list(figures.sidecar_rss.values())[-1]
         tables += [_rss(figures), _churn(figures)]
         tables += [
             _sites(f"{figures.mode}: top {len(figures.top_warm)} allocation sites after {figures.warm_up} runs",

@@ -4,6 +4,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Sequence
 
+# The node whose figures the README quotes.
+HEADLINE_SCENARIO = "dgx-h100"
+
 
 @dataclass
 class Table:
@@ -40,6 +43,8 @@ class Report:
     targets: List[Target] = field(default_factory=list)
     # Series for the plot: panel -> {"x": [...], "total": [...], "own": [...]}.
     curves: Dict[str, Dict[str, List[float]]] = field(default_factory=dict)
+    # The figures the README quotes, by name: docs/performance.json keeps them for its block.
+    headline: Dict[str, float] = field(default_factory=dict)
 
     def target(self, name: str, figure: float, limit: str, ok: bool) -> str:
         """Record a target and return its verdict, for the table row that shows the figure."""
