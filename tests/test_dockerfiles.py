@@ -156,7 +156,10 @@ def test_sidecar_dockerfile():
     assert dockerfile_args(SIDECAR_DOCKERFILE)["VERSION"] == __about__.__version__
 
     (user,) = [rest for keyword, rest in runtime if keyword == "USER"]
-    assert user.split(":")[0] == "10001" == str(chart_values()["podSecurityContext"]["runAsUser"])
+    # The image runs unprivileged on its own; the chart runs it as uid 0 (every capability dropped),
+    # the owner of the kubelet's pod-resources socket.
+    assert user.split(":")[0] == "10001"
+    assert chart_values()["podSecurityContext"]["runAsUser"] == 0
     (entrypoint,) = [rest for keyword, rest in runtime if keyword == "ENTRYPOINT"]
     assert json.loads(entrypoint) == ["gpu-monitoring", "sidecar"]
     # The last instructions: nothing runs as root after USER.

@@ -4,6 +4,7 @@ JSON schemas (kubernetes-validate)."""
 
 import json
 import posixpath
+import re
 from typing import Any, Dict, Tuple
 
 import pytest
@@ -16,6 +17,7 @@ from .deploy_support import (
     POD_RESOURCES_HOST_DIR,
     ROOT,
     chart_socket_path,
+    chart_values,
     daemonset,
     helm,
     needs_helm,
@@ -46,8 +48,8 @@ def mount_for(ds: Dict[str, Any], container: Dict[str, Any], path: str) -> Tuple
 VALUE_SETS = {
     "defaults": {},
     "no-runtime-class": {"runtimeClassName": ""},
-    "custom-uid": {"podSecurityContext": {"runAsUser": 20000, "runAsGroup": 20000}},
-    "root": {"podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}},
+    "non-root": {"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001}},
+    "custom-uid": {"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 20000, "runAsGroup": 20000}},
     "extras": {
         "extraEnv": [{"name": "GPU_MONITORING_EXTRA", "value": "1"}],
         "extraArgs": ["--log-level", "DEBUG"],
@@ -55,6 +57,13 @@ VALUE_SETS = {
         "podAnnotations": {"example.com/team": "ml"},
         "imagePullSecrets": [{"name": "regcred"}],
         "sidecar": {"simulate": "dgx-h100"},
+    },
+    # GKE: the host's driver directory, and the library in it.
+    "gke": {
+        "runtimeClassName": "",
+        "extraVolumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
+        "extraVolumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia", "readOnly": True}],
+        "extraArgs": ["--nvml-library-path", "/usr/local/nvidia/lib64/libnvidia-ml.so.1"],
     },
 }
 
@@ -116,25 +125,29 @@ def test_nvidia_runtime_host_pid_and_no_api_access():
 
 
 @needs_helm
-def test_runs_non_root_with_nothing_extra():
-    ds = daemonset()
-    pod_security = pod_spec(ds)["securityContext"]
-    assert pod_security["runAsNonRoot"] is True
-    assert pod_security["runAsUser"] == 10001
-    assert pod_security["runAsGroup"] == 10001
+def test_runs_as_uid_0_with_every_capability_dropped():
+    # uid 0 reads pod-resources (the kubelet's socket is root's; connecting needs write permission on
+    # it) and needs no capability to: the default render holds nothing else.
+    pod = pod_spec(daemonset())
+    pod_security = pod["securityContext"]
+    assert (pod_security["runAsUser"], pod_security["runAsGroup"], pod_security["runAsNonRoot"]) == (0, 0, False)
     assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
-    security = sidecar_container(ds)["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"] == {"drop": ["ALL"]}
-    assert security.get("privileged") is not True
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert security.get("privileged") is not True
+        assert security.get("runAsUser", 0) == 0
+    # Directories the kubelet creates root-owned are already root's: nothing to hand over.
+    assert "initContainers" not in pod
 
 
 @needs_helm
 def test_resources_requests_and_limits():
     resources = sidecar_container(daemonset())["resources"]
-    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
-    assert resources["limits"]["memory"] == "256Mi"
+    assert resources["requests"] == {"cpu": "50m", "memory": "128Mi"}
+    assert resources["limits"]["memory"] == "512Mi"
 
 
 @needs_helm
@@ -199,8 +212,9 @@ def test_rolling_update():
 
 
 @needs_helm
-def test_init_container_hands_host_directories_to_the_user():
-    ds = daemonset()
+def test_a_non_root_user_gets_the_host_directories_from_an_init_container():
+    ds = daemonset(VALUE_SETS["non-root"])
+    assert pod_spec(ds)["securityContext"]["runAsNonRoot"] is True
     (init,) = pod_spec(ds)["initContainers"]
     assert init["image"] == sidecar_container(ds)["image"]
     assert init["securityContext"]["runAsUser"] == 0
@@ -211,6 +225,15 @@ def test_init_container_hands_host_directories_to_the_user():
     assert env["SOCKET_DIR"] == "/var/run/gpu-monitoring"
     assert env["JOURNAL_DIR"] == "/var/lib/gpu-monitoring/journal"
     assert {m["mountPath"] for m in init["volumeMounts"]} == {"/var/run/gpu-monitoring", "/var/lib/gpu-monitoring"}
+    # The sidecar itself keeps every other protection.
+    security = sidecar_container(ds)["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["readOnlyRootFilesystem"] is True
+
+
+@needs_helm
+def test_non_root_without_the_init_container():
+    values = dict(VALUE_SETS["non-root"], initDirectories={"enabled": False})
+    assert "initContainers" not in pod_spec(daemonset(values))
 
 
 @needs_helm
@@ -225,18 +248,6 @@ def test_custom_uid():
     assert (security["runAsNonRoot"], security["runAsUser"], security["runAsGroup"]) == (True, 20000, 20000)
     (init,) = pod_spec(ds)["initContainers"]
     assert env_of(init)["OWNER"] == "20000:20000"
-
-
-@needs_helm
-def test_root_override_drops_the_init_container_but_no_other_protection():
-    ds = daemonset(VALUE_SETS["root"])
-    pod = pod_spec(ds)
-    assert pod["securityContext"]["runAsUser"] == 0
-    assert pod["securityContext"]["runAsNonRoot"] is False
-    assert "initContainers" not in pod
-    security = sidecar_container(ds)["securityContext"]
-    assert security["capabilities"] == {"drop": ["ALL"]}
-    assert security["readOnlyRootFilesystem"] is True
 
 
 @needs_helm
@@ -256,6 +267,15 @@ def test_extra_env_args_and_optional_fields():
     default_pod = pod_spec(daemonset())
     assert "priorityClassName" not in default_pod
     assert "imagePullSecrets" not in default_pod
+
+
+def test_gke_mounts_the_hosts_driver_and_loads_its_library():
+    ds = daemonset(VALUE_SETS["gke"])
+    container = sidecar_container(ds)
+    library = options(container["args"])["--nvml-library-path"]
+    mount, volume = mount_for(ds, container, library)
+    assert mount["readOnly"] and volume["hostPath"]["path"] == "/home/kubernetes/bin/nvidia"
+    assert "runtimeClassName" not in pod_spec(ds)
 
 
 @needs_helm
@@ -286,6 +306,13 @@ def test_notes_name_the_socket():
 
 
 @needs_helm
+def test_notes_warn_that_a_non_root_install_cannot_read_pod_resources():
+    assert "pod-resources socket" not in render_raw()["gpu-monitoring-sidecar/templates/NOTES.txt"]
+    notes = render_raw(VALUE_SETS["non-root"])["gpu-monitoring-sidecar/templates/NOTES.txt"]
+    assert "runs as uid 10001, not 0" in notes and "gpu_monitoring.kubelet.can_connect is WARNING" in notes
+
+
+@needs_helm
 def test_every_privilege_of_the_default_render_is_justified_in_the_chart_readme():
     readme = (CHART / "README.md").read_text()
     spec = pod_spec(daemonset())
@@ -295,6 +322,8 @@ def test_every_privilege_of_the_default_render_is_justified_in_the_chart_readme(
     granted += [f"hostPath `{v['hostPath']['path']}`" for v in spec["volumes"] if "hostPath" in v]
     env = {e["name"]: e.get("value") for e in sidecar_container(daemonset())["env"]}
     granted.append(f"NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}")
+    if spec["securityContext"].get("runAsUser") == 0:
+        granted.append("runAsUser: 0")
     for container in spec.get("initContainers", []) + spec["containers"]:
         context = container.get("securityContext", {})
         if context.get("runAsUser") == 0:
@@ -302,3 +331,30 @@ def test_every_privilege_of_the_default_render_is_justified_in_the_chart_readme(
         granted += context.get("capabilities", {}).get("add", [])
     missing = [privilege for privilege in granted if privilege not in readme]
     assert not missing, f"deploy/helm/gpu-monitoring-sidecar/README.md does not justify: {missing}"
+
+
+def said(text: str) -> str:
+    """Prose of a Markdown file or of YAML comments, as one line: comment markers and wrapping dropped."""
+    return " ".join(re.sub(r"^\s*#( -- )?", "", line) for line in text.splitlines()).replace("**", "")
+
+
+# The readiness and liveness rule, as `gpu-monitoring healthz --help` and GET /healthz apply it.
+PROBE_RULE = (
+    "Readiness (`healthz`) fails while NVML cannot be read at all (the library missing, initialisation failing, "
+    "or not a single GPU readable) or the journal cannot be written",
+    "Liveness (`healthz --live`) fails only when the sidecar does not answer.",
+)
+
+
+def test_the_chart_readme_and_values_state_the_same_probe_rule():
+    for path in (CHART / "README.md", CHART / "values.yaml"):
+        text = " ".join(said(path.read_text()).split())
+        for sentence in PROBE_RULE:
+            assert sentence in text, f"{path.name} does not say: {sentence}"
+
+
+def test_values_say_how_gpu_nodes_are_selected():
+    text = " ".join(said((CHART / "values.yaml").read_text()).split())
+    (label,) = chart_values()["nodeSelector"]
+    assert label == "nvidia.com/gpu.present" and "GPU feature discovery" in text
+    assert f"kubectl label node <node> {label}=true" in text

@@ -22,9 +22,11 @@ from .deploy_support import (
     POD_RESOURCES_HOST_DIR,
     chart_socket_path,
     chart_values,
+    daemonset,
     datadog_chart_defaults,
     dockerfile_args,
     needs_datadog_chart,
+    pod_spec,
     render_datadog,
     validate,
 )
@@ -275,3 +277,15 @@ def test_sidecar_mode_keeps_the_agent_pod_off_the_nvidia_runtime(renders):
         assert not {"NVIDIA_VISIBLE_DEVICES", "DD_GPU_ENABLED"} & set(env_of(container)), container["name"]
 
 
+
+
+def test_the_agent_connects_to_the_sidecar_socket_as_its_owner(renders):
+    """The sidecar makes its socket 0660, owned by the user it runs as: uid 0 by default. Connecting
+    needs write permission on the socket: the Agent container runs as that uid too (the chart's
+    datadog.securityContext), so the owner's bits let it in without any capability."""
+    r = renders[DATADOG_VALUES]
+    pod_uid = r.pod.get("securityContext", {}).get("runAsUser")
+    agent_uid = r.agent.get("securityContext", {}).get("runAsUser", pod_uid)
+    sidecar_security = pod_spec(daemonset())["securityContext"]
+    assert agent_uid == sidecar_security["runAsUser"] == 0
+    assert sidecar_security["runAsGroup"] == 0

@@ -12,22 +12,9 @@ from gpu_monitoring import GpuMonitoringCheck
 from gpu_monitoring.cli import main
 
 from .conftest import tag_dict
-from .sidecar_support import SidecarProcess, socket_mode, wait_until
+from .sidecar_support import SidecarProcess, sidecars_fixture, socket_mode, wait_until  # noqa: F401
 
 SIDECAR_CHECK = "gpu_monitoring.sidecar.can_connect"
-
-
-@pytest.fixture
-def sidecars(tmp_path):
-    started = []
-
-    def start(scenario, *extra, directory=tmp_path):
-        started.append(SidecarProcess(directory, scenario, *extra).start())
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 def raw_request(path, method="GET", target="/healthz"):
@@ -188,7 +175,8 @@ def test_garbage_on_the_socket_is_critical(tmp_path):
 
 
 def test_a_sidecar_without_nvml_is_reachable_but_nvml_is_critical(tmp_path):
-    sidecar = SidecarProcess(tmp_path, None, "--nvml-library-path", str(tmp_path / "libnvidia-ml.so.1")).start()
+    library = str(tmp_path / "libnvidia-ml.so.1")
+    sidecar = SidecarProcess(tmp_path, None, "--nvml-library-path", library).start(ready=False)
     try:
         status, body = raw_request(sidecar.socket, target="/v1/snapshot")
         assert status == 503 and "libnvidia-ml.so.1" in body["error"]

@@ -7,7 +7,9 @@ fields attribution needs are read; every other field, known to newer kubelets or
 grpcio is imported on the first call: the Agent does not ship it, and only local mode calls.
 """
 
+import os
 import re
+import socket
 from types import ModuleType
 from typing import Callable, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
@@ -41,8 +43,8 @@ _MAX_VARINT_BYTES = 10
 
 
 class PodResourcesError(Exception):
-    """A pod-resources call failed. `reason` is one of missing, no_grpc, unimplemented, rate_limited, too_large,
-    timeout, unavailable, invalid, error; the message says what happened and what to do about it."""
+    """A pod-resources call failed. `reason` is one of missing, permission, no_grpc, unimplemented, rate_limited,
+    too_large, timeout, unavailable, invalid, error; the message says what happened and what to do about it."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -134,6 +136,8 @@ def _call(grpc: ModuleType, socket_path: str, method: str, timeout: float) -> by
     # bad answer is reported as such rather than as gRPC's generic deserialization failure.
     try:
         call = grpc_channels.unary_unary(grpc, socket_path, _OPTIONS, method)
+    except PermissionError:  # the kubelet's pod-resources directory is 0750 root's
+        raise _permission_denied(socket_path) from None
     except OSError:
         raise PodResourcesError(
             f"kubelet pod-resources socket {socket_path} does not exist: mount the host directory "
@@ -180,13 +184,41 @@ def _rpc_failure(
             "timeout",
         )
     if code == grpc.StatusCode.UNAVAILABLE:
+        if _connect_refused_for_permission(socket_path):
+            return _permission_denied(socket_path)
         return PodResourcesError(
-            f"cannot reach the {where} ({details}): check that the kubelet is running and that this process "
-            "may open the socket (it needs root or write access to it)",
-            "unavailable",
+            f"cannot reach the {where} ({details}): check that the kubelet is running", "unavailable"
         )
     call = method.rsplit("/", 1)[-1]
     return PodResourcesError(f"{where} failed the {call} call with {code.name}: {details}", "error")
+
+
+def _connect_refused_for_permission(socket_path: str) -> bool:
+    """Whether connecting fails with EACCES or EPERM. gRPC reports it as UNAVAILABLE, like a kubelet that is
+    down, in words that vary by release; a plain connect says which it is."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(socket_path)
+    except PermissionError:  # EACCES and EPERM both
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
+
+
+def _permission_denied(socket_path: str) -> PodResourcesError:
+    # kubelet (pkg/kubelet/kubelet.go setupDataDirs): pod-resources/ is made 0750 and its socket by the
+    # kubelet, both root's; connect(2) on a unix socket needs write permission on the socket file.
+    return PodResourcesError(
+        f"permission denied on the kubelet pod-resources socket {socket_path} for uid {os.geteuid()}: the kubelet "
+        "makes the socket and its directory root's, and connecting to a unix socket needs write permission on it; "
+        "run as uid 0 (the gpu-monitoring-sidecar chart's default podSecurityContext: runAsUser 0 with every "
+        "capability dropped)",
+        "permission",
+    )
 
 
 def decode_allocations(payload: bytes) -> List[Allocation]:

@@ -5,17 +5,20 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Dict, Optional
+from collections import Counter
+from typing import Any, Dict, Optional, Tuple
 
 from .. import __version__
 from ..collectors.allocations import AllocationReader
 from ..collectors.node import NodeCollector
 from ..kube import DEFAULT_TTL
+from ..nvml.device import Device
 from ..nvml.errors import NvmlError
 from ..nvml.session import NvmlSession
 from . import protocol
 from .journal import Journal, JournalLockedError
 from .pump import BUFFER_EVENTS, EventPump
+from .readiness import NvmlReadiness
 from .server import ApiError, Response, UnixHttpServer, integer
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ class Sidecar:
         self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
         self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.collector.restart)
+        self.readiness = NvmlReadiness(self.session, self.session_lock)
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
             protocol.SNAPSHOT_PATH: self.snapshot,
@@ -54,7 +58,9 @@ class Sidecar:
             try:
                 taken = self.collector.collect()
             except NvmlError as e:
+                self.readiness.failed(e)
                 raise ApiError(503, f"NVML cannot be read: {e}") from e
+            self.readiness.learn(taken.devices)
             self.snapshots_served += 1
         return 200, {"snapshot": taken.to_dict()}
 
@@ -69,11 +75,14 @@ class Sidecar:
     def health(self, params: Dict[str, str]) -> Response:
         _no_params(params, ())
         journal = self.pump.journal_problem
-        # A journal that cannot be written fails the probe: events pile up in memory until it is fixed.
-        # NVML refusing events does not: restarting the sidecar would not bring them back.
+        nvml = self.readiness.problem()
+        # NVML that cannot be read at all fails the probe: the sidecar has nothing to serve. So does a
+        # journal that cannot be written: events pile up in memory until it is fixed. NVML refusing
+        # events does not: snapshots are still served, and restarting would not bring events back.
         return 200, {
-            "status": "ok" if journal is None else "failing",
+            "status": "ok" if journal is None and nvml is None else "failing",
             "version": __version__,
+            "nvml": "ok" if nvml is None else nvml,
             "events": "ok" if self.pump.problem is None else self.pump.problem,
             "journal": "ok" if journal is None else f"cannot write: {journal}",
             "events_buffered": self.pump.buffered,
@@ -90,12 +99,43 @@ class Sidecar:
         """Serve until SIGTERM or SIGINT, then stop cleanly."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: threading.Thread(target=self.server.shutdown, daemon=True).start())
+        level, line = self._startup_line()
+        log.log(level, "%s", line)
         self.pump.start()
-        log.info("gpu-monitoring sidecar %s serving on %s", __version__, self.socket_path)
         try:
             self.server.serve_forever(poll_interval=0.5)
         finally:
             self.close()
+
+    def _startup_line(self) -> Tuple[int, str]:
+        """What an operator checks first, and the level to log it at: WARNING while NVML or pod-resources fail."""
+        nvml = self.readiness.problem()  # starts NVML, as the first readiness probe would
+        pod_resources, pod_resources_failing = self._pod_resources_state()
+        parts = [
+            f"gpu-monitoring sidecar {__version__} serving on {self.socket_path}",
+            self._gpus() if nvml is None else f"NVML cannot be read: {nvml}",
+            f"journal {self.journal.directory}, last seq {self.journal.last_seq}",
+            pod_resources,
+        ]
+        return (logging.WARNING if nvml or pod_resources_failing else logging.INFO), "; ".join(parts)
+
+    def _gpus(self) -> str:
+        with self.session_lock:
+            models = Counter(_model(device) for device in self.session.devices)
+            driver = self.session.driver_version or "unknown"
+        count = sum(models.values())
+        listed = ", ".join(f"{n}x {name}" for name, n in sorted(models.items()))
+        return f"{count} GPU{'s' if count != 1 else ''} ({listed}), driver {driver}"
+
+    def _pod_resources_state(self) -> Tuple[str, bool]:
+        reader = self.collector.allocations
+        if reader is None:
+            return ("pod-resources not read (no --pod-resources-socket; the default is read in a pod or where "
+                    "the kubelet serves it)"), False
+        answer = reader.read()
+        if answer.source == "error":
+            return f"pod-resources cannot be read: {answer.error}", True
+        return f"pod-resources {reader.socket_path} reads: {len(answer.items)} devices allocated", False
 
     def close(self) -> None:
         self.pump.stop()
@@ -122,6 +162,13 @@ def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
                 raise
             log.info("journal %s is still held by another sidecar; waiting", directory)
             time.sleep(1)
+
+
+def _model(device: Device) -> str:
+    try:
+        return device.name if device.handle is not None else "lost"
+    except NvmlError:
+        return "lost"
 
 
 def _no_params(params: Dict[str, str], allowed) -> None:

@@ -16,28 +16,47 @@ DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 def add_parsers(commands) -> None:
-    sidecar = commands.add_parser("sidecar", help="serve NVML snapshots and events on a unix socket (one per node)")
-    sidecar.add_argument("--socket", default=protocol.DEFAULT_SOCKET, help="unix socket to serve (mode 0660)")
-    sidecar.add_argument("--journal", default=protocol.DEFAULT_JOURNAL, help="directory of the event journal")
-    sidecar.add_argument("--proc-root", default="/proc", help="where process names and cgroups are read")
-    sidecar.add_argument("--pod-resources-socket", default=DEFAULT_POD_RESOURCES,
-                         help="the kubelet's pod-resources socket (used when it exists)")
+    sidecar = commands.add_parser(
+        "sidecar", help="serve NVML snapshots and events on a unix socket (one per node)",
+        description="Own NVML on this GPU node, journal its XID and ECC events, and serve snapshots and the "
+                    "journal to the gpu_monitoring check (source: sidecar) on a unix socket.")
+    sidecar.add_argument("--socket", default=protocol.DEFAULT_SOCKET, metavar="PATH",
+                         help="unix socket to serve, mode 0660 (default %(default)s)")
+    sidecar.add_argument("--journal", default=protocol.DEFAULT_JOURNAL, metavar="DIR",
+                         help="directory of the event journal (default %(default)s)")
+    sidecar.add_argument("--proc-root", default="/proc", metavar="DIR",
+                         help="where process names and cgroups are read (default %(default)s)")
+    sidecar.add_argument("--pod-resources-socket", metavar="PATH",
+                         help=f"the kubelet's pod-resources socket; connecting to it needs uid 0 (default "
+                              f"{DEFAULT_POD_RESOURCES}, read in a pod or where it exists; with --simulate, the "
+                              "simulated node's when its scenario has pods, otherwise only one given here)")
     sidecar.add_argument("--pod-cache-ttl", type=float, default=DEFAULT_TTL, metavar="SECONDS",
                          help="seconds a pod-resources answer is kept while the GPUs' processes keep their "
-                              f"containers (default {DEFAULT_TTL:g}; 0 asks for every snapshot)")
-    sidecar.add_argument("--nvml-library-path", help="load this libnvidia-ml instead of the system one")
-    sidecar.add_argument("--simulate", metavar="SCENARIO", help="serve a simulated node (name or YAML path)")
+                              "containers; 0 asks for every snapshot (default %(default)g)")
+    sidecar.add_argument("--nvml-library-path", metavar="PATH",
+                         help="load this libnvidia-ml (default: the one the dynamic linker finds)")
+    sidecar.add_argument("--simulate", metavar="SCENARIO",
+                         help="serve a simulated node (scenario name or YAML path) instead of the driver's "
+                              "(default: off)")
     sidecar.add_argument("--speed", type=float, default=1.0,
-                         help="with --simulate: simulated seconds per real second (default 1)")
-    sidecar.add_argument("--start-at", type=float, default=0.0,
-                         help="with --simulate: scenario time to start at, as after a restart (default 0)")
+                         help="with --simulate: simulated seconds per real second (default %(default)g)")
+    sidecar.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+                         help="with --simulate: scenario time to start at, as after a restart (default %(default)g)")
     sidecar.add_argument("--journal-wait", type=float, default=30.0, metavar="SECONDS",
-                         help="how long to wait for a journal another sidecar still holds (default 30)")
-    sidecar.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    healthz = commands.add_parser("healthz", help="exit 0 when the sidecar on the socket is healthy, 1 otherwise")
-    healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
+                         help="how long to wait for a journal another sidecar still holds (default %(default)g)")
+    sidecar.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                         help="the least severe messages logged (default %(default)s)")
+    healthz = commands.add_parser(
+        "healthz", help="exit 0 when the sidecar on the socket is ready, 1 otherwise",
+        description="Ask a sidecar for GET /healthz and print its state. Exit 0 when it is ready: it answers, "
+                    "NVML can be read (the library loads, initialises and answers for at least one GPU) and its "
+                    "journal can be written; exit 1 otherwise, saying why (the readiness probe). With --live, "
+                    "exit 1 only when nothing answers (the liveness probe).")
+    healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET, metavar="PATH",
+                         help="the unix socket the sidecar serves, its --socket (default %(default)s)")
     healthz.add_argument("--live", action="store_true",
-                         help="exit 0 whenever the sidecar answers, healthy or not (the liveness probe)")
+                         help="exit 0 whenever the sidecar answers, ready or not: a sidecar whose journal fails "
+                              "holds its events in memory, and a restart would lose them (default: off)")
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
@@ -56,7 +75,9 @@ def run_sidecar(args: argparse.Namespace) -> int:
     if too_long:
         sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {too_long}\n")
         return 1
-    library, proc_root, pod_resources, node = args.nvml_library_path, args.proc_root, args.pod_resources_socket, None
+    requested = args.pod_resources_socket
+    library, proc_root, node = args.nvml_library_path, args.proc_root, None
+    pod_resources = requested or DEFAULT_POD_RESOURCES
     if args.simulate:
         try:
             simulation = SimulatedNvml(load(args.simulate), SimClock(speed=args.speed, start=args.start_at))
@@ -66,7 +87,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
         node = SimulatedNode(simulation)
         options = node.start()
         library, proc_root = simulation.library, options["proc_root"]
-        pod_resources = options.get("pod_resources_socket")
+        # A scenario with pods serves its own pod-resources; one without reads only a socket given here.
+        pod_resources = options.get("pod_resources_socket", requested)
     try:
         try:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
@@ -119,8 +141,20 @@ def run_healthz(args: argparse.Namespace) -> int:
     except SidecarUnavailable as e:
         sys.stderr.write(f"unhealthy: {e}\n")
         return 1
-    print(f"{body.get('status')}: events {body.get('events')}, journal {body.get('journal')}, "
-          f"last_seq {body.get('last_seq')}")
+    print(_health_line(body))
     # A sidecar whose journal cannot be written holds its events in memory: restarting it (what a
     # failed liveness probe does) would lose them, so liveness asks only that it answers.
     return 0 if args.live or body.get("status") == "ok" else 1
+
+
+def _health_line(body: dict) -> str:
+    """`<status>: nvml ...; journal ...; events ...; last_seq N`: what readiness rests on first, and why it fails."""
+    nvml, events = body.get("nvml"), body.get("events")
+    parts = [_state("nvml", nvml), _state("journal", body.get("journal"))]
+    if events == "ok" or events != nvml:  # NVML that cannot be read loses its events too: said once
+        parts.append(_state("events", events))
+    return f"{body.get('status')}: " + "; ".join(parts + [f"last_seq {body.get('last_seq')}"])
+
+
+def _state(name: str, value: object) -> str:
+    return f"{name} ok" if value == "ok" else f"{name}: {value}"
