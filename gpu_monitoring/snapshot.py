@@ -84,12 +84,17 @@ class Advertised:
 
 @dataclass
 class Event:
+    """An NVML event, with the GPU as NVML named it when the GPU was registered for events: its UUID,
+    index and PCI bus ID stay known after the GPU is lost. Index and bus ID came after version 1."""
+
     device_uuid: Optional[str]
     kind: str = _pattern(EVENT_KIND)
     code: int
     timestamp: float
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
+    device_index: Optional[int] = None
+    pci_bus_id: Optional[str] = None
 
 
 @dataclass
@@ -156,6 +161,32 @@ class Snapshot:
     events: List[Event] = field(default_factory=list)
     allocations: Allocations = field(default_factory=Allocations)
     version: int = SCHEMA_VERSION
+
+    def device_of(self, event: Event) -> Optional[Device]:
+        """The GPU an event is about: the one with its UUID; else, among GPUs this snapshot could not name
+        (or for an event that names none), the one at its PCI bus ID, or its index where either lacks one."""
+        if event.device_uuid is not None:
+            for device in self.devices:
+                if device.uuid == event.device_uuid:
+                    return device
+        for device in self.devices:
+            if device.uuid is not None and event.device_uuid is not None:
+                continue  # another GPU, named otherwise
+            if device.pci_bus_id and event.pci_bus_id:
+                if device.pci_bus_id.lower() == event.pci_bus_id.lower():
+                    return device
+            elif event.device_index is not None and device.index == event.device_index:
+                return device
+        return None
+
+    def identify_from_events(self) -> None:
+        """A GPU this collection could not name (lost before anything read it) takes the UUID and PCI bus
+        ID its events carry, so that its health and series are tagged as its events are."""
+        for event in self.events:
+            device = self.device_of(event)
+            if device is not None and device.uuid is None:
+                device.uuid = event.device_uuid
+                device.pci_bus_id = device.pci_bus_id or event.pci_bus_id
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -100,6 +100,9 @@ class SidecarSource:
             self.events_problem = str(e)
         else:
             self.events_problem = None
+        # A GPU lost before this sidecar could read it is named by its events: a journal record keeps
+        # the UUID, index and bus ID NVML gave when the GPU was registered, by this sidecar or one before.
+        snapshot.identify_from_events()
         return snapshot
 
     def _journal_events(self) -> Tuple[List[Event], Optional[Cursor]]:

@@ -20,6 +20,7 @@ from .activity import Gpm, Utilization
 from .allocations import AllocationReader
 from .base import Collector
 from .clocks import Clocks
+from .driver_gpus import name_lost_devices, read_driver_gpus
 from .memory import Memory
 from .memory_errors import MemoryErrors
 from .mig import Mig
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 # Events kept for runs that keep failing before they submit: enough for an XID storm, bounded memory.
 MAX_UNDELIVERED = 10000
 IDENTITY = ("uuid", "name", "architecture", "pci_bus_id", "minor_number", "mig_enabled")
+NVML_IDENTITY = IDENTITY[:-1]  # read here; MIG mode by the MIG collector
 
 
 class NodeCollector:
@@ -42,6 +44,9 @@ class NodeCollector:
     every run, and while it stays lost the session is restarted every
     `lost_restart_interval` seconds so a GPU that was reset gets a fresh handle. A lost
     NVML initialisation (driver reload) restarts the session and the run is tried again.
+
+    A lost GPU keeps its name: what NVML told of it before (at event registration, or in an
+    earlier collection), else the kernel driver's record of it under the proc root (driver_gpus).
 
     NVML hands out each event once, so drained events stay with the collector, repeated in
     every snapshot, until `acknowledge()` says a run submitted them: a run that fails after
@@ -156,9 +161,10 @@ class NodeCollector:
         raw_events = list(self._undelivered)
         self._in_snapshot = len(raw_events)
         devices = [self._device(device) for device in self.session.devices]
+        if any(device.uuid is None for device in devices):
+            name_lost_devices(devices, read_driver_gpus(self.proc_root))
         if self.events is not None:
             self.events.register([d for d in self.session.devices if d.handle is not None])
-        uuids = {d.index: d.uuid for d in devices}
         return snapshot.Snapshot(
             allocations=self.allocations.read(_users(devices)) if self.allocations else snapshot.Allocations(),
             timestamp=time.time(),
@@ -169,17 +175,7 @@ class NodeCollector:
                 problems=self._problems(),
             ),
             devices=devices,
-            events=[
-                snapshot.Event(
-                    device_uuid=uuids.get(e.device_index),
-                    kind=e.kind,
-                    code=e.code,
-                    timestamp=e.timestamp,
-                    gpu_instance_id=e.gpu_instance_id,
-                    compute_instance_id=e.compute_instance_id,
-                )
-                for e in raw_events
-            ],
+            events=[snapshot.Event(**event.record()) for event in raw_events],
         )
 
     def _device(self, device: Device) -> snapshot.Device:
@@ -187,9 +183,7 @@ class NodeCollector:
         try:
             if device.handle is None:
                 raise GpuLost("NVML gave no handle for this GPU")
-            out.uuid, out.name = device.uuid, device.name
-            out.architecture, out.pci_bus_id, out.minor_number = (
-                device.architecture, device.pci_bus_id, device.minor_number)
+            _identify(device, out)
             fields = read(device, device.static("wanted_fields", lambda: self._wanted_fields(device)))
             for collector in self.collectors:
                 collector.collect(device, fields, out)
@@ -213,6 +207,19 @@ class NodeCollector:
                 if getattr(out, name) is None:
                     setattr(out, name, getattr(last, name))
         self._last_seen[out.index] = out
+
+
+def _identify(device: Device, out: snapshot.Device) -> None:
+    """Each identity fact NVML gives. A lost GPU still gives those read earlier in this session (its
+    UUID and bus ID when it was registered for events); the loss is raised after them."""
+    lost = None
+    for name in NVML_IDENTITY:
+        try:
+            setattr(out, name, getattr(device, name))
+        except GpuLost as e:
+            lost = lost or e
+    if lost is not None:
+        raise lost
 
 
 def _users(devices: List[snapshot.Device]) -> FrozenSet[tuple]:

@@ -25,20 +25,45 @@ MAX_EVENTS_PER_DRAIN = 10000
 _EventData = plain(pynvml.c_nvmlEventData_t)
 
 
+@dataclass(frozen=True)
+class Registered:
+    """A GPU as NVML named it when it was registered for events: what an event names after the GPU is lost."""
+
+    index: Optional[int]
+    uuid: Optional[str]
+    pci_bus_id: Optional[str]
+
+
+UNREGISTERED = Registered(None, None, None)  # a handle the set did not register
+
+
 @dataclass
 class RawEvent:
-    device_index: Optional[int]
+    device: Registered
     kind: str
     code: int
     gpu_instance_id: Optional[int]
     compute_instance_id: Optional[int]
     timestamp: float
 
+    def record(self) -> Dict[str, Any]:
+        """The event as plain values: the fields of the Snapshot's Event, and of a journal record."""
+        return {
+            "device_uuid": self.device.uuid,
+            "device_index": self.device.index,
+            "pci_bus_id": self.device.pci_bus_id,
+            "kind": self.kind,
+            "code": self.code,
+            "timestamp": self.timestamp,
+            "gpu_instance_id": self.gpu_instance_id,
+            "compute_instance_id": self.compute_instance_id,
+        }
+
 
 class EventWatcher:
     def __init__(self) -> None:
         self._set: Any = None
-        self._registered: Dict[int, int] = {}  # handle address -> device index
+        self._registered: Dict[int, Registered] = {}  # by handle address
         self.problem: Optional[str] = None  # why no event can come now, if none can
         self.unsupported = False  # no GPU has XID or ECC events at all: a capability, not a fault
 
@@ -66,8 +91,10 @@ class EventWatcher:
                 supported = device.static("event_types", lambda d=device: d.call("nvmlDeviceGetSupportedEventTypes"))
                 mask = (supported or 0) & WANTED
                 if mask:
+                    # Read while the GPU answers: a GPU that falls off the bus answers nothing after.
+                    registered = Registered(device.index, device.uuid, device.pci_bus_id)
                     device.call("nvmlDeviceRegisterEvents", mask, self._set)
-                    self._registered[address] = device.index
+                    self._registered[address] = registered
             except (CannotAnswer, GpuLost) as e:
                 log.debug("%r: event registration deferred: %s", device, e)
                 self.problem = f"GPU {device.index}: {e}"
@@ -112,7 +139,7 @@ class EventWatcher:
     def _decode(self, data: Any) -> RawEvent:
         gi, ci = data.gpuInstanceId, data.computeInstanceId
         return RawEvent(
-            device_index=self._registered.get(handle_address(data.device)),
+            device=self._registered.get(handle_address(data.device), UNREGISTERED),
             kind=EVENT_KINDS.get(data.eventType, f"type_{data.eventType:#x}"),
             code=int(data.eventData),
             gpu_instance_id=None if gi == _NO_INSTANCE else gi,

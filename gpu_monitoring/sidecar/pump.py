@@ -7,7 +7,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional
 
 from ..nvml.errors import CannotAnswer, NvmlError, NvmlUninitialized
-from ..nvml.events import EventWatcher, RawEvent
+from ..nvml.events import EventWatcher
 from ..nvml.session import NvmlSession
 from .journal import Journal
 
@@ -90,15 +90,15 @@ class EventPump(threading.Thread):
         with self.session_lock:
             if not self.session.started:
                 self.session.start()
-            devices = [d for d in self.session.devices if d.handle is not None]
-            watcher.register(devices)
-            uuids = {d.index: d.uuid for d in devices}
+            watcher.register([d for d in self.session.devices if d.handle is not None])
         if not watcher.listening:
             raise CannotAnswer(watcher.problem or "no GPU is registered for events")
         events = watcher.drain(timeout_ms=WAIT_MS)
         self._nvml_recovered()
         for event in events:
-            self._hold(_record(event, uuids))
+            # Each record names its GPU by UUID, index and PCI bus ID as NVML told them at registration:
+            # a later sidecar, started after the GPU fell off the bus, cannot ask NVML for them.
+            self._hold(event.record())
 
     def _nvml_failed(self, watcher: EventWatcher, error: Exception) -> None:
         if str(error) != self.problem:
@@ -155,14 +155,3 @@ class EventPump(threading.Thread):
                       error, len(self.buffer))
         self.journal_problem = str(error)
         self._journal_retry_at = time.monotonic() + self._journal_backoff.next()
-
-
-def _record(event: RawEvent, uuids: Dict[int, Any]) -> Dict[str, Any]:
-    return {
-        "device_uuid": uuids.get(event.device_index),
-        "kind": event.kind,
-        "code": event.code,
-        "timestamp": event.timestamp,
-        "gpu_instance_id": event.gpu_instance_id,
-        "compute_instance_id": event.compute_instance_id,
-    }

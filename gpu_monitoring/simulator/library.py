@@ -198,6 +198,8 @@ class SimulatedNvml:
         if name != "nvmlInitWithFlags" and self.init_count == 0:
             return pynvml.NVML_ERROR_UNINITIALIZED
         if not symbol.signature.startswith("h"):
+            if name == "nvmlDeviceGetHandleByIndex_v2" and self._off_the_bus(args[0]):
+                return pynvml.NVML_ERROR_GPU_IS_LOST
             return symbol.implementation(self, *args)
         target = self.target(args[0])
         if target is None:
@@ -206,6 +208,12 @@ class SimulatedNvml:
         if refusal is not None:
             return refusal
         return symbol.implementation(self, target, *args[1:])
+
+    def _off_the_bus(self, index: int) -> bool:
+        """A GPU that fell off the bus has no handle to give to an NVML started after: nvidia-smi then
+        says "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost". A handle taken
+        before the fall stays a handle, whose every call answers GPU_IS_LOST (_refusal)."""
+        return index < len(self.devices) and self.devices[index].off_the_bus(self.now())
 
     def _refusal(self, name: str, target: Target) -> Optional[int]:
         if target.device.lost(self.now()):

@@ -60,7 +60,7 @@ class SimulatedNode:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
         self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
         root = Path(self._directory.name)
-        standing_in = {"proc_root": str(build_proc_root(root / "proc", self._processes()))}
+        standing_in = {"proc_root": str(build_proc_root(root / "proc", self._processes(), self.nvml.scenario.devices))}
         prices = self.prices()
         if prices:
             standing_in["hourly_price"] = prices

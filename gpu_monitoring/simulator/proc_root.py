@@ -1,4 +1,5 @@
-"""A fake proc root: `<pid>/{comm,cgroup,stat,status,environ}` as a GPU node's kernel would show them.
+"""A fake proc root: `<pid>/{comm,cgroup,stat,status,environ}` as a GPU node's kernel would show them,
+and `driver/nvidia/gpus/<bus id>/information` as the NVIDIA kernel module writes it for each GPU.
 
 Each container's cgroup path is rendered the way its runtime lays it out under the kubelet,
 for either cgroup driver and either cgroup version, and each Slurm job step's the way slurmstepd
@@ -10,6 +11,8 @@ import re
 import shutil
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
+
+from .scenario import DeviceSpec
 
 # The keys of a process mapping that shape its cgroup file; others (memory, SM%) are not ours.
 _CGROUP_KEYS = ("container_id", "pod_uid", "qos", "runtime", "cgroup_driver", "cgroup_version", "unit")
@@ -36,13 +39,18 @@ _DEFAULT_START = 4_200_000  # clock ticks after boot: a process started some ele
 _PATH = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"}
 
 
-def build_proc_root(directory: Path, processes: Iterable[Mapping]) -> Path:
-    """Write `<directory>/<pid>/{comm,cgroup,stat,status,environ}` for each process and return `directory`.
+def build_proc_root(directory: Path, processes: Iterable[Mapping], devices: Iterable[DeviceSpec] = ()) -> Path:
+    """Write `<directory>/<pid>/{comm,cgroup,stat,status,environ}` for each process, the driver's record of
+    each device, and return `directory`.
 
     A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
     keyword arguments of `cgroup_text`; optionally `uid` (0), `start_time` (clock ticks after
     boot) and `environ` (a mapping; a PATH by default).
     """
+    for device in devices:
+        gpu_dir = directory / "driver" / "nvidia" / "gpus" / _bus_location(device.pci_bus_id)
+        gpu_dir.mkdir(parents=True, exist_ok=True)
+        (gpu_dir / "information").write_text(driver_information(device))
     for process in processes:
         pid_dir = directory / str(process["pid"])
         pid_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +93,31 @@ def slurm_cgroup_text(
     paths.update(dict.fromkeys(_SLURM_TASK_HIERARCHIES, f"{step_path}/task_{task}"))
     numbered = reversed(list(enumerate(_V1_HIERARCHIES, 1)))
     return "".join(f"{number}:{name}:{paths.get(name, '/')}\n" for number, name in numbered)
+
+
+def driver_information(device: DeviceSpec) -> str:
+    """The text of a GPU's `information` file, line by line as nv-procfs.c (open-gpu-kernel-modules,
+    nv_procfs_read_gpu_info) prints it. The driver writes it from what it learnt when it probed the
+    GPU, its UUID included, so it reads the same once the GPU has fallen off the bus."""
+    return (
+        f"Model: \t\t {device['name']}\n"
+        f"IRQ:   \t\t {0x9A + device.index}\n"
+        f"GPU UUID: \t {device.uuid}\n"
+        "Video BIOS: \t 96.00.99.00.01\n"
+        "Bus Type: \t PCIe\n"
+        "DMA Size: \t 52 bits\n"
+        "DMA Mask: \t 0xfffffffffffff\n"
+        f"Bus Location: \t {_bus_location(device.pci_bus_id)}\n"
+        f"Device Minor: \t {device.get('minor_number', device.index)}\n"
+        "GPU Excluded:\t No\n"
+    )
+
+
+def _bus_location(nvml_bus_id: str) -> str:
+    """NVML's "%08X:%02X:%02X.0" bus ID as the driver writes it: "%04x:%02x:%02x.%x" (nv-procfs.c)."""
+    domain, bus, rest = nvml_bus_id.split(":")
+    slot, function = rest.split(".")
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(slot, 16):02x}.{int(function, 16):x}"
 
 
 def _stat(pid: int, name: str, start_time: int) -> str:

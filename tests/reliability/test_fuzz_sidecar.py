@@ -46,9 +46,10 @@ def good_snapshot():
         collector.close()
     uuid = taken["devices"][0]["uuid"]
     taken["events"] = [{"device_uuid": uuid, "kind": "xid", "code": 79, "timestamp": 1.5,
-                        "gpu_instance_id": None, "compute_instance_id": None},
+                        "gpu_instance_id": None, "compute_instance_id": None, "device_index": 0,
+                        "pci_bus_id": taken["devices"][0]["pci_bus_id"]},
                        {"device_uuid": None, "kind": "type_0x10", "code": 0, "timestamp": 2,
-                        "gpu_instance_id": 1, "compute_instance_id": 0}]
+                        "gpu_instance_id": 1, "compute_instance_id": 0, "device_index": None, "pci_bus_id": None}]
     taken["allocations"] = {"source": "pod_resources", "error": None,
                             "items": [{"namespace": "ml", "pod": "train", "container": "main",
                                        "resource_name": "nvidia.com/gpu", "device_id": uuid}],
