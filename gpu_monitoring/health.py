@@ -1,7 +1,7 @@
 """Device health: one status per GPU with every reason behind it."""
 
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import FrozenSet, Iterable, List, Optional
 
 from . import xid
 from .snapshot import Device, Event
@@ -32,11 +32,13 @@ def evaluate(
     xid_ignore: Iterable[int] = (),
     temperature_margin: float = 5,
     offered: Optional[bool] = None,
+    nvlink_seen_up: bool = False,
 ) -> Health:
     """Apply the health rules to one device, given what it read last run and this run's events.
 
     `offered` is whether a Kubernetes device plugin advertises the GPU (None: not on Kubernetes, or
-    the kubelet did not say): one it does not is a GPU pods wait for, Pending, while it sits unused."""
+    the kubelet did not say): one it does not is a GPU pods wait for, Pending, while it sits unused.
+    `nvlink_seen_up` is whether an earlier run saw one of its NVLink links up (NvLinkMemory)."""
     health = Health()
     if device.lost:
         health.add(CRITICAL, f"GPU lost: {device.error}")
@@ -45,7 +47,8 @@ def evaluate(
     _events(health, events, set(xid_ignore))
     _memory(health, device, previous)
     _thermal(health, device.metrics, temperature_margin)
-    _links(health, device)
+    _nvlink(health, device, nvlink_seen_up)
+    _pcie(health, device.metrics)
     return health
 
 
@@ -85,10 +88,36 @@ def _thermal(health: Health, m: dict, margin: float) -> None:
         )
 
 
-def _links(health: Health, device: Device) -> None:
-    if device.nvlink_down:
+def _nvlink(health: Health, device: Device, seen_up: bool) -> None:
+    # An inactive link is down on a GPU that has had a link up, now or in an earlier run. One whose
+    # every link has been inactive all along has no NVLink peer: an A100 or H100 PCIe card without a
+    # bridge still counts its links (NVML_FI_DEV_NVLINK_LINK_COUNT) and reads each one inactive.
+    if device.nvlink_down and (seen_up or _links_up(device)):
         health.add(WARNING, f"NVLink down: link {', '.join(map(str, device.nvlink_down))}")
-    m = device.metrics
+
+
+def _links_up(device: Device) -> bool:
+    return bool(device.metrics.get("nvlink.links.active"))
+
+
+class NvLinkMemory:
+    """The GPUs, by UUID, that have had an NVLink link up since the check started."""
+
+    def __init__(self) -> None:
+        self._up: FrozenSet[str] = frozenset()
+
+    def seen_up(self, uuid: Optional[str]) -> bool:
+        return uuid in self._up
+
+    def remember(self, devices: Iterable[Device]) -> None:
+        """Add this run's GPUs with a link up. Only GPUs this run lists are kept (a lost one too,
+        while it is listed), so a GPU that is gone is forgotten and the memory stays node-sized."""
+        self._up = frozenset(
+            d.uuid for d in devices if d.uuid and (d.uuid in self._up or _links_up(d))
+        )
+
+
+def _pcie(health: Health, m: dict) -> None:
     width, max_width = m.get("pcie.link.width"), m.get("pcie.link.width.max")
     gen, max_gen = m.get("pcie.link.generation"), m.get("pcie.link.generation.max")
     # An idle GPU lowers its link generation to save power; only a busy one is judged on it.

@@ -85,8 +85,10 @@ class SimDevice:
         return [f for f in self.faults if f.kind == kind and f.at <= now]
 
     def lost(self, now: float) -> bool:
-        if self._active("gpu_lost", now):
-            return True
+        return bool(self._active("gpu_lost", now)) or self.off_the_bus(now)
+
+    def off_the_bus(self, now: float) -> bool:
+        """Fallen off the bus (an XID with `lost_for`): gone from the PCIe bus, not only failing its calls."""
         return any(
             "lost_for" in f.params and f.at <= now < f.at + f.params["lost_for"]
             for f in self._fired("xid", now)
@@ -169,7 +171,15 @@ class SimDevice:
     def pcie_kb_per_s(self, direction: str, now: float) -> int:
         return int(PCIE_KB_PER_S_AT_FULL_LOAD * PCIE_SHARE[direction] * self.utilization(now) / 100)
 
+    @property
+    def nvlink_bridged(self) -> bool:
+        """False for a PCIe card without its NVLink bridge (`nvlink_bridge: false`): the driver still
+        counts the links, every one inactive, and nothing crosses them."""
+        return bool(self.spec.get("nvlink_bridge", True))
+
     def nvlink_active(self, link: int, now: float) -> bool:
+        if not self.nvlink_bridged:
+            return False
         return not any(f.params.get("link") == link for f in self._active("nvlink_down", now))
 
     def processes(self, now: float, gpu_instance: Optional[int] = None) -> List[Dict]:
@@ -211,7 +221,8 @@ class SimDevice:
             kib_busy_seconds = PCIE_KB_PER_S_AT_FULL_LOAD * share * self.load_integral(now) / 100
             values[f"pcie_{direction}_bytes"] = int(kib_busy_seconds * 1024)
         if links:
-            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * self.load_integral(now) / 100 / 1024
+            carried = self.load_integral(now) if self.nvlink_bridged else 0
+            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * carried / 100 / 1024
             values["nvlink_tx_kib"] = int(kib)
             values["nvlink_rx_kib"] = int(kib * 0.97)
         return values
