@@ -54,8 +54,10 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             hourly_price=self.options.hourly_price,
             default_hourly_price=self.config.default_hourly_price,
         )
-        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device)
+        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device,
+                                   self.options.metrics_profile)
         self._previous: Dict[str, Device] = {}
+        self._nvlink_up = health.NvLinkMemory()
         self._unavailable: Optional[str] = None
         self._kubernetes_state: Optional[tuple] = None
         self._told: set = set()
@@ -122,6 +124,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source.submitted()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
+        self._nvlink_up.remember(snapshot.devices)
 
     def cancel(self) -> None:
         self.source.close()
@@ -245,7 +248,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # --- health -----------------------------------------------------------------------
 
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
-        events = [e for e in snapshot.events if e.device_uuid == device.uuid]
+        # By the GPU each event names, not by equal UUIDs: an event still finds a GPU the snapshot could
+        # not name, and one that names no GPU is not given to every such GPU.
+        events = [e for e in snapshot.events if snapshot.device_of(e) is device]
         return health.evaluate(
             device,
             self._previous.get(device.uuid),
@@ -253,6 +258,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             xid_ignore=self.options.xid_ignore,
             temperature_margin=self.config.temperature_margin,
             offered=offered,
+            nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
         )
 
 

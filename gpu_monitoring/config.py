@@ -7,8 +7,10 @@ from typing import Any, Dict, List, Mapping, Optional
 from datadog_checks.base import ConfigurationError
 
 from .collectors import COLLECTOR_NAMES
+from .config_models import InstanceConfig as InstanceModel
 from .kube.kubelet import DEFAULT_TIMEOUT, kubelet_settings
-from .options import boolean, integers, names, number, socket_path, strings, text, url
+from .metric_spec import DEFAULT_PROFILE, PROFILES
+from .options import boolean, choice, integers, names, number, socket_path, strings, text, unknown, url
 from .sidecar.protocol import DEFAULT_SOCKET
 
 SOURCES = ("local", "sidecar")
@@ -20,6 +22,9 @@ MAX_TEMPERATURE_MARGIN = 100
 MAX_KUBELET_TIMEOUT = 60
 MAX_PRICE = 1e9
 MAX_PROCESSES_PER_DEVICE = 1_000_000
+# Every option an instance may hold: spec.yaml names them (the check's, and the Agent's own that it
+# reads from every instance) and the models are generated from it.
+KNOWN_OPTIONS = frozenset(field.alias or name for name, field in InstanceModel.model_fields.items())
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class InstanceConfig:
     simulate: Optional[str] = None
     collect_processes: bool = True
     disabled_collectors: List[str] = field(default_factory=list)
+    metrics_profile: str = DEFAULT_PROFILE
     xid_ignore: List[int] = field(default_factory=list)
     temperature_margin: float = 5.0
     tags: List[str] = field(default_factory=list)
@@ -47,6 +53,7 @@ class InstanceConfig:
 
 def parse(instance: Mapping[str, Any]) -> InstanceConfig:
     """The instance's options, each checked; a ConfigurationError names the first wrong one."""
+    unknown(instance, KNOWN_OPTIONS)
     options = _source(instance)
     options.update(_collection(instance))
     options.update(_kubernetes(instance))
@@ -56,9 +63,7 @@ def parse(instance: Mapping[str, Any]) -> InstanceConfig:
 
 
 def _source(instance: Mapping[str, Any]) -> Dict[str, Any]:
-    source = text(instance, "source", "local")
-    if source not in SOURCES:
-        raise ConfigurationError(f"`source` must be one of {', '.join(SOURCES)}; got {source!r}")
+    source = choice(instance, "source", SOURCES, "local")
     options = {name: text(instance, name, None) for name in ("nvml_library_path", "simulate")}
     if source == "sidecar" and (options["simulate"] or options["nvml_library_path"]):
         raise ConfigurationError(
@@ -75,6 +80,7 @@ def _collection(instance: Mapping[str, Any]) -> Dict[str, Any]:
     options: Dict[str, Any] = {
         "collect_processes": boolean(instance, "collect_processes", True),
         "disabled_collectors": names(instance, "disabled_collectors", COLLECTOR_NAMES),
+        "metrics_profile": choice(instance, "metrics_profile", PROFILES, DEFAULT_PROFILE),
         "tags": strings(instance, "tags"),
         "proc_root": text(instance, "proc_root", default_proc_root()),
     }

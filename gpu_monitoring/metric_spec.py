@@ -4,7 +4,7 @@ import csv
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict
+from typing import Dict, FrozenSet
 
 import yaml
 
@@ -12,6 +12,10 @@ NAMESPACE = "gpu_monitoring"
 SPEC_PATH = Path(__file__).parent / "metrics.yaml"
 # Datadog's metadata types for our submission types.
 METADATA_TYPES = {"gauge": "gauge", "monotonic_count": "count", "count": "count"}
+# The choices of the `metrics_profile` option, smallest first: each sends what the one before it
+# sends, and more. A metric's `profile` is the smallest that sends it.
+PROFILES = ("essential", "standard", "full")
+DEFAULT_PROFILE = "standard"
 METADATA_COLUMNS = [
     "metric_name", "metric_type", "interval", "unit_name", "per_unit_name", "description",
     "orientation", "integration", "short_name", "curated_metric", "sample_tags",
@@ -24,6 +28,7 @@ class Metric:
     type: str
     scope: str
     description: str
+    profile: str
     unit: str = ""
     per_unit: str = ""
     orientation: int = 0
@@ -39,10 +44,25 @@ def load() -> Dict[str, Metric]:
     for metric in metrics.values():
         if metric.type not in METADATA_TYPES:
             raise ValueError(f"{metric.name}: unknown type {metric.type!r}")
+        if metric.profile not in PROFILES:
+            raise ValueError(f"{metric.name}: unknown profile {metric.profile!r}")
     return metrics
 
 
 SPEC: Dict[str, Metric] = load()
+
+
+def sent_in(profile: str) -> FrozenSet[str]:
+    """The names of the metrics a `metrics_profile` sends."""
+    rank = PROFILES.index(profile)
+    return frozenset(name for name, metric in SPEC.items() if PROFILES.index(metric.profile) <= rank)
+
+
+def _sent_with(profile: str) -> str:
+    rank = PROFILES.index(profile)
+    if rank == 0:
+        return "sent in every metrics_profile"
+    return "sent with metrics_profile " + " or ".join(PROFILES[rank:])
 
 
 def metadata_csv() -> str:
@@ -53,6 +73,6 @@ def metadata_csv() -> str:
         short = metric.name.replace("_", " ").replace(".", " ")
         writer.writerow([
             metric.full_name, METADATA_TYPES[metric.type], "", metric.unit, metric.per_unit,
-            metric.description, metric.orientation, NAMESPACE, short, "", "",
+            f"{metric.description} ({_sent_with(metric.profile)})", metric.orientation, NAMESPACE, short, "", "",
         ])
     return out.getvalue()

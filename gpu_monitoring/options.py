@@ -1,7 +1,8 @@
 """Reading one instance option: its type and range checked, with an error that names the option."""
 
+import difflib
 import math
-from typing import Any, List, Mapping, Optional
+from typing import Any, Collection, List, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from datadog_checks.base import ConfigurationError
@@ -46,6 +47,31 @@ def url(instance: Mapping[str, Any], name: str, example: str) -> Optional[str]:
     if not good or any(c.isspace() for c in value):
         raise ConfigurationError(f"`{name}` must be an http(s) URL such as {example}; got {value!r}")
     return value
+
+
+def choice(instance: Mapping[str, Any], name: str, choices: Sequence[str], default: str) -> str:
+    """One of a few words."""
+    value = instance.get(name)
+    if value is None:
+        return default
+    if value not in choices:
+        raise ConfigurationError(f"`{name}` must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def unknown(instance: Mapping[str, Any], known: Collection[str]) -> None:
+    """Refuses an option no one reads: a misspelt one would otherwise be its default without a word."""
+    for name in instance:
+        if name in known or _tooling(name):
+            continue
+        close = difflib.get_close_matches(str(name), sorted(known), n=1)
+        hint = f"did you mean `{close[0]}`?" if close else "conf.yaml.example lists the options"
+        raise ConfigurationError(f"unknown option `{name}`; {hint}")
+
+
+def _tooling(name: Any) -> bool:
+    # Datadog's development tooling adds its own, such as ddev's `__memory_profiling_tags`.
+    return isinstance(name, str) and name.startswith("__")
 
 
 def boolean(instance: Mapping[str, Any], name: str, default: Optional[bool]) -> Optional[bool]:

@@ -12,6 +12,8 @@ linked from the root as `conf.yaml.example`) and the models in `gpu_monitoring/c
     python scripts/generate_config.py --check   # write nothing; exit 1 listing stale files
 
 Custom files (`validators.py`) are written once and then left to be edited by hand, as ddev does.
+Where spec.yaml says `{scenarios}`, the example lists the simulator's scenarios, read from the
+package's scenarios directory, so that the list is never written by hand.
 The models carry no Datadog license header (ddev adds one to Datadog's own integrations only).
 """
 
@@ -19,6 +21,7 @@ import argparse
 import ast
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -27,8 +30,13 @@ from datadog_checks.dev.tooling.configuration import ConfigSpec
 from datadog_checks.dev.tooling.configuration.consumers import ExampleConsumer, ModelConsumer
 from datadog_checks.dev.tooling.constants import set_root
 
+from gpu_monitoring.simulator.scenario import available
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = "gpu_monitoring"
+# The line of spec.yaml that the scenario names replace, wrapped within the spec's line length.
+SCENARIOS = re.compile(r"^( *)\{scenarios\}", re.MULTILINE)
+SCENARIOS_WIDTH = 100
 SPEC = ROOT / "assets" / "configuration" / "spec.yaml"
 EXAMPLE_DIR = ROOT / "datadog_checks" / CHECK / "data"
 MODELS_DIR = ROOT / CHECK / "config_models"
@@ -56,11 +64,21 @@ def version() -> str:
     return re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", text).group(1)
 
 
+def spec_text() -> str:
+    """spec.yaml with the scenario names in place of `{scenarios}`."""
+    def names(match: re.Match) -> str:
+        indent = match[1]
+        return textwrap.fill(", ".join(available()), SCENARIOS_WIDTH, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False)
+
+    return SCENARIOS.sub(names, SPEC.read_text())
+
+
 def load_spec() -> dict:
     """The resolved spec (templates expanded, defaults filled in), as ddev loads it."""
     # The model consumer formats with `ruff format`, configured from <root>/pyproject.toml.
     set_root(str(ROOT))
-    spec = ConfigSpec(SPEC.read_text(), source=CHECK, version=version())
+    spec = ConfigSpec(spec_text(), source=CHECK, version=version())
     spec.load()
     if spec.errors:
         raise SpecError("\n".join(spec.errors))

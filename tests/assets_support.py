@@ -2,7 +2,9 @@
 
 - The asset files, and what each dashboard must show.
 - What the check really submits (metrics and their tag keys, tag values, service checks, events),
-  found by running it on the simulated scenarios: the `emitted` and `metric_tag_keys` fixtures.
+  found by running it on the simulated scenarios with the profile the assets must work in: the
+  `emitted` and `metric_tag_keys` fixtures.
+- The metrics_profile each widget and monitor needs.
 - Strict loading into the official Datadog API client's models (`datadog-api-client`): the client
   alone accepts unknown fields and keeps what it cannot parse as "unparsed", so the models are
   walked afterwards and any of those is an error.
@@ -29,7 +31,7 @@ from datadog_api_client.model_utils import (
 from datadog_checks.base.stubs import aggregator as stub_aggregator
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.metric_spec import SPEC
+from gpu_monitoring.metric_spec import PROFILES, SPEC
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
@@ -38,6 +40,8 @@ MONITOR_FILES = sorted((ASSETS / "monitors").glob("*.json"))
 NAMESPACE = "gpu_monitoring."
 SERVICE_CHECKS = {entry["check"]: entry for entry in json.loads((ASSETS / "service_checks.json").read_text())}
 INTERVAL = 15
+# Every dashboard widget and monitor works in the default metrics_profile: the scenarios run with it.
+ASSETS_PROFILE = "standard"
 
 # Tag keys the Agent itself puts on what the check submits; the check never sets them.
 AGENT_TAG_KEYS = {
@@ -152,7 +156,8 @@ def emitted(tmp_path_factory) -> Emitted:
 
     stub_aggregator.reset()
     for simulate, runs, options in _scenarios(tmp_path_factory.mktemp("scenarios")):
-        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate)])
+        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate,
+                                                                metrics_profile=ASSETS_PROFILE)])
         check.simulation.clock.set_speed(0)
         try:
             for run in range(runs):
@@ -192,6 +197,13 @@ def metric_tag_keys(emitted) -> Dict[str, Set[str]]:
         seen = emitted.metrics.get(metric.full_name, set()) if metric.scope == "node" else by_scope[metric.scope]
         keys[metric.full_name] = seen | AGENT_TAG_KEYS
     return keys
+
+
+def needed_profile(metrics) -> str:
+    """The smallest metrics_profile that sends every one of `metrics` (full names); service checks
+    and events, sent in every profile, need the smallest."""
+    ranks = [PROFILES.index(SPEC[metric[len(NAMESPACE):]].profile) for metric in metrics]
+    return PROFILES[max(ranks, default=0)]
 
 
 # --- loading into the API client's models ----------------------------------------------------

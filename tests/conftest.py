@@ -45,9 +45,12 @@ def tag_dict(tags):
 
 
 class SimulatedNode:
-    """One check instance on a simulated node; the aggregator holds the last run only."""
+    """One check instance on a simulated node; the aggregator holds the last run only. It sends
+    every series (metrics_profile full) unless the test names a profile: what each profile sends
+    is tests/test_metrics_profile.py's to check."""
 
     def __init__(self, simulate, **options):
+        options = dict({"metrics_profile": "full"}, **options)
         self.check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=str(simulate))])
         self.sim = self.check.simulation
         self.sim.clock.set_speed(0)

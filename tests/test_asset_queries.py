@@ -1,6 +1,7 @@
 """The queries of the dashboards and monitors in assets/, against what the check really sends.
 
-- Every metric they query is in metadata.csv and is aggregated the way its type needs.
+- Every metric they query is in metadata.csv, is aggregated the way its type needs, and is really
+  sent in the metrics_profile the assets work in.
 - Every tag key they filter or group on is one the check really submits on that series (found by
   running the check on the simulated scenarios), or one the Agent adds; every tag value they
   filter on is one the check sends.
@@ -9,9 +10,10 @@
 import csv
 
 from gpu_monitoring import xid
-from gpu_monitoring.metric_spec import SPEC
+from gpu_monitoring.metric_spec import SPEC, sent_in
 
 from .assets_support import (
+    ASSETS_PROFILE,
     NAMESPACE,
     ROOT,
     SERVICE_CHECKS,
@@ -39,7 +41,7 @@ SUMMABLE_PERCENTS = {
 
 def test_the_scenarios_show_every_scope_and_service_check(emitted):
     scopes = {SPEC[name[len(NAMESPACE):]].scope for name in emitted.metrics}
-    assert scopes == {metric.scope for metric in SPEC.values()}
+    assert scopes == {SPEC[name].scope for name in sent_in(ASSETS_PROFILE)}
     assert {"pod_name", "kube_namespace", "xid_action"} <= emitted.metrics[NAMESPACE + "xid_errors"]
     assert {"gpu_parent_uuid", "gpu_mig_profile"} <= emitted.metrics[NAMESPACE + "memory.used"]
     # The values of the Agent's own gpu check, so one filter selects the same GPUs in both.
@@ -51,6 +53,11 @@ def test_the_scenarios_show_every_scope_and_service_check(emitted):
 def test_every_metric_exists_in_metadata():
     for where, ref, _, _ in _all_refs():
         assert ref.metric in METADATA, f"{where}: {ref.metric} is not in metadata.csv"
+
+
+def test_every_metric_is_sent_in_the_assets_profile(emitted):
+    for where, ref, _, _ in _all_refs():
+        assert ref.metric in emitted.metrics, f"{where}: no scenario sends {ref.metric} with {ASSETS_PROFILE}"
 
 
 def test_aggregation_fits_the_metric_type():

@@ -6,7 +6,7 @@ import logging
 import pytest
 from datadog_checks.base import AgentCheck, ConfigurationError
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring import GpuMonitoringCheck, cli
 
 MISSING_LIBRARY = "/nonexistent/libnvidia-ml.so.1"
 
@@ -52,6 +52,63 @@ def test_error_messages_say_what_is_allowed():
     with pytest.raises(ConfigurationError) as error:
         make({"simulate": "no-such-scenario"})
     assert "dgx-h100" in str(error.value) and "faults" in str(error.value)
+    with pytest.raises(ConfigurationError) as error:
+        make({"metrics_profile": "minimal"})
+    assert str(error.value) == "`metrics_profile` must be one of essential, standard, full; got 'minimal'"
+
+
+def test_a_misspelt_option_is_refused_naming_the_closest_one():
+    with pytest.raises(ConfigurationError) as error:
+        make({"simulate": "dgx-h100", "hourly_prices": {"NVIDIA H100*": 4.0}})
+    assert str(error.value) == "unknown option `hourly_prices`; did you mean `hourly_price`?"
+    with pytest.raises(ConfigurationError, match="did you mean `metrics_profile`"):
+        make({"metric_profile": "essential"})
+
+
+def test_an_option_like_none_other_is_refused_too():
+    with pytest.raises(ConfigurationError) as error:
+        make({"colour": "red"})
+    assert str(error.value) == "unknown option `colour`; conf.yaml.example lists the options"
+
+
+# What a real Agent configuration may hold besides the check's own options: the Agent's generic
+# ones, those it and datadog-checks-base read from every instance, and ddev's.
+AGENT_INSTANCE = {
+    "tags": ["team:ml"],
+    "service": "training",
+    "min_collection_interval": 30,
+    "empty_default_hostname": False,
+    "metric_patterns": {"exclude": ["gpu_monitoring\\.clock\\..*"]},
+    "disable_generic_tags": False,
+    "enable_legacy_tags_normalization": True,
+    "name": "gpu-node-a7",
+    "namespace": "default",
+    "no_index": False,
+    "loader": "python",
+    "process_isolation": False,
+    "__memory_profiling_tags": ["platform:linux"],
+}
+
+
+def test_the_agents_own_options_are_accepted(aggregator, caplog):
+    caplog.set_level(logging.WARNING)
+    check = make(dict(AGENT_INSTANCE, simulate="t4-shared", kubernetes="false"))
+    try:
+        assert check.run() == ""
+    finally:
+        check.cancel()
+    assert aggregator.metrics("gpu_monitoring.temperature")
+    assert aggregator.metrics("gpu_monitoring.clock.sm") == []  # metric_patterns took them out
+    assert not [r.getMessage() for r in caplog.records if "typo" in r.getMessage()]
+
+
+def test_the_cli_refuses_a_misspelt_option_with_exit_status_2(tmp_path, capsys):
+    config = tmp_path / "conf.yaml"
+    config.write_text("instances:\n  - simulate: dgx-h100\n    hourly_prices:\n      NVIDIA H100*: 4.0\n")
+    assert cli.main(["check", "--config", str(config)]) == 2
+    out = capsys.readouterr()
+    assert out.err == "gpu-monitoring check: unknown option `hourly_prices`; did you mean `hourly_price`?\n"
+    assert out.out == ""
 
 
 @pytest.mark.parametrize("instance", [{"xid_ignore": 0}, {"disabled_collectors": False}, {"tags": ""}])

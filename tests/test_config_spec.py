@@ -2,7 +2,6 @@
 the check reads, and what it documents (defaults, examples, deploy values) the check accepts."""
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 from types import MappingProxyType
 
@@ -12,19 +11,16 @@ from datadog_checks.dev.tooling.configuration import ConfigSpec
 
 from gpu_monitoring import config
 from gpu_monitoring.config_models import InstanceConfig, SharedConfig
+from gpu_monitoring.metric_spec import DEFAULT_PROFILE, PROFILES
+from gpu_monitoring.simulator.scenario import available
+
+from .scripts_support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 HELM_VALUES = sorted((ROOT / "deploy" / "helm").glob("datadog-values*.yaml"))
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("generate_config", ROOT / "scripts" / "generate_config.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generator = _load_generator()
+generator = load_script("generate_config")
 
 
 class Recorder(dict):
@@ -77,6 +73,12 @@ def standard_option_names():
 
 def spec_options():
     return instance_options(generator.SPEC.read_text())
+
+
+def agent_option_names():
+    """The options spec.yaml lists, hidden, because the Agent or datadog-checks-base reads them from
+    every instance: not the check's, yet no typo either."""
+    return {name for name, option in spec_options().items() if option["hidden"]} - standard_option_names()
 
 
 def model(instance):
@@ -151,14 +153,20 @@ def test_spec_names_every_option_the_check_reads_and_no_other():
     documented = set(spec_options())
     standard = standard_option_names()
     assert read - documented == set(), "options the check reads that the spec does not document"
-    assert documented - read - standard == set(), "options the spec documents that the check does not read"
+    assert documented - read - standard == agent_option_names(), (
+        "options the spec documents that the check does not read, and not hidden as the Agent's"
+    )
     assert set(InstanceConfig.model_fields) == documented
+    # The options refused as unknown are exactly the ones the spec does not name.
+    assert config.KNOWN_OPTIONS == documented
 
 
 def test_spec_choices_are_the_checks_choices():
     options = spec_options()
     assert options["source"]["value"]["enum"] == list(config.SOURCES)
     assert options["disabled_collectors"]["value"]["items"]["enum"] == list(config.COLLECTOR_NAMES)
+    assert options["metrics_profile"]["value"]["enum"] == list(PROFILES)
+    assert options["metrics_profile"]["value"]["display_default"] == DEFAULT_PROFILE
     for mode in ("auto", "true", "false", True, False):
         assert model({"kubernetes": mode}).kubernetes == mode
         config.parse({"kubernetes": mode})
@@ -191,6 +199,20 @@ def test_every_example_in_the_spec_is_accepted():
 
 
 # --- what the generated files say, and what deployments give ---------------------------
+
+
+def test_example_lists_the_packages_scenarios():
+    example = (generator.EXAMPLE_DIR / "conf.yaml.example").read_text()
+    paragraph = example[example.index("@param simulate"):example.index("# simulate:")]
+    listed = paragraph.split("the scenarios the package has:")[1].split(".")[0]
+    assert sorted(name.strip() for name in listed.replace("##", "").split(",")) == available()
+
+
+def test_the_agents_own_options_are_not_in_the_example():
+    example = (generator.EXAMPLE_DIR / "conf.yaml.example").read_text()
+    assert agent_option_names()
+    for name in agent_option_names():
+        assert f"@param {name} " not in example, name
 
 
 def test_example_file_is_yaml_the_check_accepts():

@@ -1,7 +1,7 @@
 """The dashboards in assets/dashboards, checked offline: they load into the API client's Dashboard
 model with nothing left over, every string that names a metric is a query the checks read, their
-groups and widgets are laid out on the grid, each shows what it is for, and every query is filtered
-by the template variables that apply to it.
+groups and widgets are laid out on the grid, each shows what it is for, every query is filtered
+by the template variables that apply to it, and every widget names the metrics_profile it needs.
 """
 
 import json
@@ -11,8 +11,11 @@ import pytest
 from datadog_api_client.model_utils import data_to_dict
 from datadog_api_client.v1.model.dashboard import Dashboard
 
+from gpu_monitoring.metric_spec import PROFILES
+
 from .assets_support import (
     AGENT_TAG_KEYS,
+    ASSETS_PROFILE,
     DASHBOARD_FILES,
     NAMESPACE,
     REQUIRED,
@@ -23,6 +26,7 @@ from .assets_support import (
     load_strictly,
     metric_refs,
     metric_tag_keys,
+    needed_profile,
     parse_filter,
     widget_queries,
 )
@@ -183,6 +187,35 @@ def test_every_query_uses_the_template_variables_that_apply(path, metric_tag_key
                 assert values.get("source") == emitted.event_sources == {"gpu_monitoring"}, query.where
                 filter_keys -= {"source"}
             assert filter_keys <= keys, f"{query.where}: no tag {filter_keys - keys}"
+
+
+PROFILE_NOTE = re.compile(r"Needs metrics_profile: (\w+)\b")
+
+
+def _named_profile(description: str, where: str) -> str:
+    named = PROFILE_NOTE.findall(description)
+    assert len(named) == 1, f"{where}: the description names no metrics_profile, or more than one"
+    return named[0]
+
+
+@pytest.mark.parametrize("path", DASHBOARD_FILES, ids=lambda p: p.name)
+def test_every_widget_names_the_profile_it_needs(path):
+    """Each widget's description names the smallest metrics_profile that sends all it queries, at
+    most the default: every widget works out of the box. The dashboard names the largest."""
+    board = _load(path)
+    widgets = {}  # id of a widget's definition -> (where, definition, metrics it queries)
+    for query in widget_queries(board):
+        where, definition, metrics = widgets.setdefault(id(query.definition), (query.where, query.definition, []))
+        if query.kind == "metric":
+            metrics += [ref.metric for ref in metric_refs(query.text)]
+    assert widgets, f"{path.name}: no widget queries anything"
+    needs = []
+    for where, definition, metrics in widgets.values():
+        needed = needed_profile(metrics)
+        assert _named_profile(definition.get("description", ""), where) == needed, where
+        assert PROFILES.index(needed) <= PROFILES.index(ASSETS_PROFILE), f"{where} needs {needed}"
+        needs.append(needed)
+    assert _named_profile(board["description"], path.name) == max(needs, key=PROFILES.index)
 
 
 @pytest.mark.parametrize("path", DASHBOARD_FILES, ids=lambda p: p.name)

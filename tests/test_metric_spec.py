@@ -27,6 +27,8 @@ SCENARIOS = {
     "legacy-driver": (15, {}),
     "faults": (60, {}),
 }
+# Every metric the spec names: what the largest profile sends.
+FULL = {"metrics_profile": "full"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def submitted():
     """{metric name: {scenario: {submission types}}} over every run of every scenario."""
     found = defaultdict(lambda: defaultdict(set))
     for scenario, (until, options) in SCENARIOS.items():
-        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=scenario)])
+        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=scenario, **FULL)])
         check.simulation.clock.set_speed(0)
         for run in range(until // 15 + 1):
             if run:
@@ -81,6 +83,24 @@ def test_spec_types():
         assert SPEC[name].type == "monotonic_count", name
     assert SPEC["xid_errors"].type == "count"
     assert SPEC["temperature"].type == "gauge"
+
+
+def test_every_metric_names_its_profile_and_the_profiles_nest():
+    for name, metric in SPEC.items():
+        assert metric.profile in metric_spec.PROFILES, name
+    sent = [metric_spec.sent_in(profile) for profile in metric_spec.PROFILES]
+    assert all(smaller < larger for smaller, larger in zip(sent, sent[1:]))
+    assert sent[-1] == set(SPEC)
+    # Per-process series come and go with every pid: only the largest profile sends them.
+    assert {name for name in SPEC if name.startswith("process.")} <= sent[-1] - sent[-2]
+
+
+def test_metadata_says_which_profiles_send_a_metric():
+    with open(ROOT / "metadata.csv") as f:
+        rows = {row["metric_name"]: row for row in csv.DictReader(f)}
+    assert rows[NAMESPACE + "utilization.gpu"]["description"].endswith("(sent in every metrics_profile)")
+    assert rows[NAMESPACE + "clock.sm"]["description"].endswith("(sent with metrics_profile standard or full)")
+    assert rows[NAMESPACE + "process.memory.used"]["description"].endswith("(sent with metrics_profile full)")
 
 
 def test_every_spec_metric_is_submitted_by_some_scenario(submitted):

@@ -1,7 +1,8 @@
 """The recommended monitors in assets/monitors, checked offline: they load into the API client's
 Monitor model with nothing left over, their thresholds agree with their queries, service check
 monitors watch service checks the check sends (every one of them) by tags it puts on them, and
-each message says what to do about the GPU, pod, host or cluster it names.
+each message says what to do about the GPU, pod, host or cluster it names. Each names, in a tag,
+the metrics_profile it needs, and every one works in the default.
 """
 
 import json
@@ -13,14 +14,18 @@ import pytest
 from datadog_api_client.model_utils import data_to_dict
 from datadog_api_client.v1.model.monitor import Monitor
 
+from gpu_monitoring.metric_spec import PROFILES
+
 from .assets_support import (
     AGENT_TAG_KEYS,
+    ASSETS_PROFILE,
     MONITOR_FILES,
     SERVICE_CHECKS,
     _monitor,
     emitted,
     load_strictly,
     metric_refs,
+    needed_profile,
     parse_metric_monitor,
 )
 
@@ -111,6 +116,15 @@ def test_service_check_monitor(path, emitted):
     thresholds = monitor["options"]["thresholds"]
     # The monitor looks at the last N statuses; N must cover the largest threshold.
     assert int(match["last"]) >= max(thresholds.values())
+
+
+@pytest.mark.parametrize("path", MONITOR_FILES, ids=lambda p: p.name)
+def test_monitor_names_the_profile_it_needs(path):
+    monitor = _monitor(path)
+    metrics = [ref.metric for ref in metric_refs(monitor["query"])] if monitor["type"] == "query alert" else []
+    needed = needed_profile(metrics)
+    assert [tag for tag in monitor["tags"] if tag.startswith("metrics_profile:")] == [f"metrics_profile:{needed}"]
+    assert PROFILES.index(needed) <= PROFILES.index(ASSETS_PROFILE), f"{path.name} needs {needed}"
 
 
 def test_every_service_check_has_a_monitor():

@@ -52,8 +52,16 @@ def instance_max_processes_per_device():
     return 64
 
 
+def instance_metrics_profile():
+    return "standard"
+
+
 def instance_min_collection_interval():
     return 15
+
+
+def instance_no_index():
+    return False
 
 
 def instance_pod_cache_ttl():
@@ -62,6 +70,10 @@ def instance_pod_cache_ttl():
 
 def instance_pod_resources_socket():
     return "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def instance_process_isolation():
+    return False
 
 
 def instance_sidecar_socket():

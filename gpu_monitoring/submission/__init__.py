@@ -9,7 +9,7 @@ from datadog_checks.base import AgentCheck
 
 from ..attribution import Attribution, Tagger
 from ..health import Health
-from ..metric_spec import SPEC
+from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
 from ..snapshot import Device, Process, Snapshot
 from .events import submit_xids
 from .tags import HolderTags, device_name, device_tags, merge, mig_tags, process_tags
@@ -28,21 +28,26 @@ PROCESS_METRICS = {
 class Submitter:
     _holder_tags: HolderTags  # the run's own: see submit
 
-    def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger, max_processes: int = 0):
+    def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger, max_processes: int = 0,
+                 profile: str = DEFAULT_PROFILE):
         self.check = check
         self.base_tags = list(base_tags)
         self.tagger = tagger
         self.max_processes = max_processes
-        # The check's submit method for each metric name the spec knows, by the spec's type.
+        # The check's submit method, by the spec's type, for each metric the profile sends: the one
+        # place a profile acts. Collection, health, service checks and events never depend on it.
+        sent = sent_in(profile)
         self._submitters = {
             name: check.monotonic_count if metric.type == "monotonic_count" else check.gauge
             for name, metric in SPEC.items()
+            if name in sent
         }
+        self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if name in sent}
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
         # Asked anew each run: what the tagger knows of a container can change from one to the next.
         self._holder_tags = HolderTags(self.tagger)
-        self.check.gauge("devices.count", len(snapshot.devices), tags=self.base_tags)
+        self.send("devices.count", len(snapshot.devices), self.base_tags)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
             own, held = self._device(device, snapshot, healths[device.index], attribution)
@@ -82,25 +87,32 @@ class Submitter:
     def metrics(self, values: Dict[str, float], tags: List[str]) -> None:
         submitters = self._submitters
         for name, value in values.items():
-            try:
-                submit = submitters[name]
-            except KeyError:
+            submit = submitters.get(name)
+            if submit is not None:
+                submit(name, value, tags=tags)
+            elif name not in SPEC:
                 self.check.log.debug("no spec for metric %s; not submitted", name)
-                continue
+
+    def send(self, name: str, value: float, tags: List[str]) -> None:
+        """One series, if the profile sends its metric."""
+        submit = self._submitters.get(name)
+        if submit is not None:
             submit(name, value, tags=tags)
 
     def _processes(self, processes: List[Process], tags: List[str], held: List[str], key, attribution) -> None:
         """Per-process series for the processes using the most memory, up to max_processes (0: all).
         Each carries the target's own tags and its own owner's; the count left out is the target's."""
+        if not self._process_metrics:
+            return
         kept = sorted(processes, key=lambda p: p.used_memory or 0, reverse=True)
         if self.max_processes:
             kept = kept[: self.max_processes]
-            self.check.gauge("processes.omitted", len(processes) - len(kept), tags=held)
+            self.send("processes.omitted", len(processes) - len(kept), held)
         gauge, holders = self.check.gauge, attribution.process_holders
         for process in kept:
             holder = holders.get((key, process.pid))
             process_series = process_tags(process, tags, self._holder_tags(holder) if holder else ())
-            for name, field in PROCESS_METRICS.items():
+            for name, field in self._process_metrics.items():
                 value = getattr(process, field)
                 if value is not None:
                     gauge(name, value, tags=process_series)
@@ -108,11 +120,10 @@ class Submitter:
     def _cost(self, view, tags: List[str]) -> None:
         if view.price is None:
             return
-        self.check.gauge("cost.hourly", view.price, tags=tags)
-        self.check.gauge("cost.idle_hourly", 0.0 if view.state.active else view.price, tags=tags)
+        self.send("cost.hourly", view.price, tags)
+        self.send("cost.idle_hourly", 0.0 if view.state.active else view.price, tags)
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
-        gauge = self.check.gauge
         for workload in attribution.workloads:
             tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder))
             values = {
@@ -128,10 +139,10 @@ class Submitter:
                 values["workload.cost.idle_hourly"] = price * workload.gpus if workload.idle else 0.0
             for name, value in values.items():
                 if value is not None:
-                    gauge(name, value, tags=tags)
+                    self.send(name, value, tags)
 
     def _fleet(self, attribution: Attribution) -> None:
         for model, counts in attribution.funnel.items():
             tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
             for stage, count in counts.items():
-                self.check.gauge(f"fleet.devices.{stage}", count, tags=tags)
+                self.send(f"fleet.devices.{stage}", count, tags)

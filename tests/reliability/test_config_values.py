@@ -1,5 +1,7 @@
 """Every option in spec.yaml, tried with wrong values of every kind: each is a ConfigurationError
-that names the option, never a traceback nor a value taken as it is; right values work."""
+that names the option, never a traceback nor a value taken as it is; right values work. The
+options the spec lists only because the Agent or datadog-checks-base reads them are accepted and
+left to them."""
 
 import math
 import re
@@ -8,9 +10,10 @@ import pytest
 from datadog_checks.base import ConfigurationError
 
 from gpu_monitoring import GpuMonitoringCheck
-from tests.test_config_spec import spec_options, standard_option_names
+from tests.test_config_spec import agent_option_names, spec_options, standard_option_names
 
-OPTIONS = spec_options()
+AGENT_OPTIONS = agent_option_names()
+OPTIONS = {name: option for name, option in spec_options().items() if name not in AGENT_OPTIONS}
 # The Agent's own options that the generated models check (they name the option without backticks).
 MODEL_CHECKED = {
     "empty_default_hostname", "metric_patterns", "disable_generic_tags", "enable_legacy_tags_normalization",
@@ -25,6 +28,7 @@ NOT_A_LIST = ["a", 5, {"a": 1}, True]
 
 EXTRA_WRONG = {
     "source": ["Local", "remote"],
+    "metrics_profile": ["Standard", "minimal", "all", "full "],
     "simulate": ["no-such-scenario", "/nonexistent/node.yaml"],
     "collect_processes": ["true", "yes", 1, 0],
     "ignore_missing_sidecar": ["true", 1],
@@ -87,6 +91,8 @@ RIGHT = [
     ("simulate", "dgx-h100"),
     ("collect_processes", False),
     ("disabled_collectors", ["gpm", "nvlink"]),
+    ("metrics_profile", "essential"),
+    ("metrics_profile", "full"),
     ("xid_ignore", [13, 43]),
     ("temperature_margin", 0),
     ("temperature_margin", 2.5),
@@ -115,6 +121,13 @@ RIGHT = [
     ("tags", ["team:ml"]),
     ("empty_default_hostname", True),
     ("metric_patterns", {"include": ["gpu_monitoring.*"]}),
+    # The Agent's own, as a real Agent configuration may hold them.
+    ("name", "gpu-node-a7"),
+    ("namespace", "default"),
+    ("no_index", False),
+    ("loader", "python"),
+    ("process_isolation", False),
+    ("__memory_profiling_tags", ["platform:linux"]),
 ]
 
 
@@ -137,6 +150,7 @@ def test_every_option_is_tried_with_wrong_values_and_a_right_one():
         "nvml_library_path", "ignore_missing_sidecar", "kubelet_token_path", "kubelet_ca_path",
         "kubelet_tls_verify", "pod_resources_socket",
     }
+    assert AGENT_OPTIONS <= {name for name, _ in RIGHT}
 
 
 @pytest.mark.parametrize("name, good", RIGHT, ids=[f"{n}={v!r}"[:80] for n, v in RIGHT])

@@ -62,7 +62,9 @@ GOOD = {
     "default_hourly_price": [0, 2.5], "effective_threshold": [0, 50, 100], "tags": [[], ["team:ml"]],
     "service": ["gpu"], "min_collection_interval": [15, 0.5], "empty_default_hostname": [False],
     "disable_generic_tags": [True], "enable_legacy_tags_normalization": [True],
-    "metric_patterns": [{"include": ["gpu_monitoring.*"]}],
+    "metric_patterns": [{"include": ["gpu_monitoring.*"]}], "metrics_profile": ["essential", "standard", "full"],
+    "name": ["gpu-node"], "namespace": ["default"], "no_index": [False], "loader": ["python"],
+    "process_isolation": [False],
 }
 assert set(GOOD) >= set(OPTIONS), sorted(set(OPTIONS) - set(GOOD))
 # Values an operator might really write wrongly: edges of every range and type, beside arbitrary JSON.
