@@ -11,11 +11,12 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install -q -e ".[deps,dev]"
 	touch $(STAMP)
 
-# Another simulated node: make demo SCENARIO=t4-shared (a100-mig, legacy-driver, faults, l4-mixed, hpc-slurm).
+# A simulated node: the summary (GPUs, funnel, cost, service checks not OK, events), then every series.
+# Another node: make demo SCENARIO=faults (`gpu-monitoring check --help` lists the scenarios).
 SCENARIO ?= dgx-h100
 
 demo: $(STAMP)
-	$(BIN)/gpu-monitoring check --simulate $(SCENARIO)
+	$(BIN)/gpu-monitoring check --simulate $(SCENARIO) --series
 
 # Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends, side by side.
 ATTRIBUTION_TESTS = tests/test_pod_resources.py tests/test_kubelet.py $(wildcard tests/test_attribution*.py)
@@ -35,8 +36,9 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[deps,dev,bench]"
 	touch $(BENCH_STAMP)
 
-# NVML calls, CPU against the submission floor, a profile, scaling and memory; writes docs/PERFORMANCE.md
-# and docs/performance.png (about 10 minutes on 2 cores; BENCH_RUNS=1000 for a shorter memory run).
+# NVML calls, CPU against the submission floor, a profile, scaling and memory; writes docs/PERFORMANCE.md,
+# docs/performance.png, docs/performance.json and the README's figures (its wall time among them;
+# BENCH_RUNS=1000 for a shorter memory run).
 bench: $(BENCH_STAMP)
 	$(BIN)/python scripts/bench.py
 

@@ -1,32 +1,41 @@
-"""`gpu-monitoring check`: run the check as `datadog-agent check` does and print what it sends."""
+"""The `gpu-monitoring` command line: `check` runs the check as `datadog-agent check` does and prints
+what it sends; `status` verifies an install; `metadata`; and the sidecar's `sidecar` and `healthz`."""
 
 import argparse
+import functools
 import json
+import os
 import sys
-import time
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from . import report, status
+from .__about__ import __version__
+from .listing import series_lines
 from .sidecar import command as sidecar_command
-from .summary import summary_lines
+from .sidecar.protocol import DEFAULT_SOCKET
+from .summary import summarize, summary_lines
 
-STATUS_NAMES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
-DEFAULT_INTERVAL = 15
+HELP_WIDTH = 78
+USAGE_ERROR = 2  # argparse's own, and a configuration the check refuses
+# grpc's C core logs at INFO (a `chttp2_transport ... GOAWAY` line when a server closes a connection)
+# unless GRPC_VERBOSITY (grpc doc/environment_variables.md: DEBUG, INFO, ERROR, NONE) says otherwise;
+# it reads the variable when grpc is imported.
+GRPC_QUIET = {"GRPC_VERBOSITY": "NONE"}
+GRPC_NOTE = "gRPC's own logging is off: set GRPC_VERBOSITY=DEBUG (and GRPC_TRACE) to see it."
+CHECK_EXIT = "exit status: 0; 1 when a check run raised an error; 2 for a usage or configuration error."
+STATUS_EXIT = ("exit status: 0 when every *.can_connect service check (nvml, sidecar, kubelet) is OK or WARNING "
+               "(WARNINGs are printed and still exit 0); 1 when one is CRITICAL, a run raised an error or nothing "
+               "was read; 2 for a usage or configuration error.")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu-monitoring", description="NVIDIA GPU monitoring for Datadog")
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="run the check and print metrics, service checks and events")
-    check.add_argument("--config", help="a conf.yaml (init_config + instances); default: one local instance")
-    check.add_argument("--simulate", metavar="SCENARIO", help="read a simulated node (name or YAML path)")
-    check.add_argument("--runs", type=int, default=2, help="check runs; the last one is printed (default 2)")
-    check.add_argument("--json", action="store_true", help="print the last run as JSON")
-    metadata = commands.add_parser("metadata", help="print metadata.csv as generated from the metric spec")
-    metadata.add_argument("--write", metavar="PATH", help="write it to PATH instead of standard output")
-    sidecar_command.add_parsers(commands)
+    for name, value in GRPC_QUIET.items():
+        os.environ.setdefault(name, value)
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "metadata":
         return write_metadata(args.write)
@@ -34,25 +43,98 @@ def main(argv: Optional[List[str]] = None) -> int:
         return sidecar_command.run_sidecar(args)
     if args.command == "healthz":
         return sidecar_command.run_healthz(args)
-    if args.runs < 1:
+    if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
-    return _run_check_or_explain(args)
+    if args.source == "local" and args.socket:
+        parser.error("--socket is the sidecar's: use it with --source sidecar")
+    return _run_or_explain(args)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; option help wrapped, but never inside a path or a name."""
+
+    def _split_lines(self, text: str, width: int) -> List[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-monitoring", description="NVIDIA GPU monitoring for Datadog",
+                                     epilog=GRPC_NOTE, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparser = functools.partial(argparse.ArgumentParser, formatter_class=_Formatter)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=subparser)
+    run_options = _run_options()
+    check = commands.add_parser(
+        "check", parents=[run_options], help="run the check and print what it sends, as `datadog-agent check`",
+        description=_wrap("Run the check as `datadog-agent check` does and print the summary (GPUs, funnel, "
+                          "cost, service checks not OK, events), then with --series every series it sends."),
+        epilog=_epilog(CHECK_EXIT))
+    check.add_argument("--series", action="store_true",
+                       help="after the summary, list every metric, service check and event (default: the summary)")
+    check.add_argument("--json", action="store_true",
+                       help="print the last run as JSON: summary, metrics, service_checks, events (default: text)")
+    commands.add_parser(
+        "status", parents=[run_options], help="verify an install: the summary, and a failing exit status "
+                                              "when NVML, the sidecar or the kubelet cannot be read",
+        description=_wrap("Run the check and print the summary (GPUs, funnel, cost, every service check that is "
+                          "not OK with its message, events), then whether this install works."),
+        epilog=_epilog(STATUS_EXIT))
+    metadata = commands.add_parser("metadata", help="print metadata.csv as generated from the metric spec")
+    metadata.add_argument("--write", metavar="PATH", help="write it to PATH (default: standard output)")
+    sidecar_command.add_parsers(commands)
+    return parser
+
+
+def _run_options() -> argparse.ArgumentParser:
+    """What `check` and `status` run: which instances, against what, how many times."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--config", metavar="PATH",
+                         help="a conf.yaml (init_config + instances) (default: one instance with every default)")
+    options.add_argument("--simulate", metavar="SCENARIO",
+                         help="read a simulated node: a scenario below or a YAML path (default: this node's GPUs)")
+    options.add_argument("--source", choices=("local", "sidecar"),
+                         help="read NVML here (local) or the sidecar's socket (default: the instance's `source`, "
+                              "local without --config; sidecar with --socket)")
+    options.add_argument("--socket", metavar="PATH",
+                         help=f"the sidecar's socket (default: the instance's `sidecar_socket`, {DEFAULT_SOCKET})")
+    options.add_argument("--runs", type=int, metavar="N",
+                         help=f"check runs, one collection interval apart; the last is printed (default: "
+                              f"{report.DEFAULT_RUNS}, or with --simulate enough to reach the scenario's first fault)")
+    return options
+
+
+def _epilog(exit_status: str) -> str:
+    return f"scenarios for --simulate:\n{_scenarios()}\n\n{_wrap(exit_status)}\n{GRPC_NOTE}"
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, width=HELP_WIDTH, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False)
+
+
+def _scenarios() -> str:
+    """The scenarios the package ships, as its scenarios directory holds them."""
+    try:
+        from .simulator import available
+    except ImportError as e:  # the simulator runs beneath pynvml, which sidecar mode does without
+        return f"  none here: the simulator needs the package's `deps` extra ({e})"
+    return _wrap(", ".join(available()), indent="  ")
 
 
 class ConfigFileError(Exception):
     """The --config file cannot be read as init_config and a list of instances."""
 
 
-def _run_check_or_explain(args: argparse.Namespace) -> int:
+def _run_or_explain(args: argparse.Namespace) -> int:
     """A configuration the check refuses is one line on stderr and exit status 2, as a usage error."""
     from datadog_checks.base import ConfigurationError
 
     try:
-        return run_check(args)
+        return run_status(args) if args.command == "status" else run_check(args)
     except (ConfigFileError, ConfigurationError) as e:
         reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        sys.stderr.write(f"gpu-monitoring check: {reason}\n")
-        return 2
+        sys.stderr.write(f"gpu-monitoring {args.command}: {reason}\n")
+        return USAGE_ERROR
 
 
 def write_metadata(path: Optional[str]) -> int:
@@ -66,36 +148,54 @@ def write_metadata(path: Optional[str]) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from datadog_checks.base.stubs import aggregator
-
-    from .check import GpuMonitoringCheck
-
     init_config, instances = _instances(args)
     failed = False
     for instance in instances:
-        check = GpuMonitoringCheck("gpu_monitoring", init_config, [instance])
-        interval = instance.get("min_collection_interval") or DEFAULT_INTERVAL
-        previous: Dict[Tuple, float] = {}
-        for run in range(args.runs):
-            if run:
-                _wait(check, interval)
-            previous = _counter_values(aggregator) if run else {}
-            aggregator.reset()
-            error = check.run()
-            failed |= bool(error)
-            if error:
-                sys.stderr.write(_error_text(error))
-        check.cancel()
-        report = _report(aggregator, previous)
-        print(json.dumps(report, indent=2) if args.json else _table(report))
+        result, errors = report.run(init_config, instance, args.runs)
+        _write_errors(errors)
+        failed |= bool(errors)
+        print(json.dumps({"summary": summarize(result), **result}, indent=2) if args.json else _text(result, args))
     return 1 if failed else 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    init_config, instances = _instances(args)
+    worst = status.OK
+    for instance in instances:
+        result, errors = report.run(init_config, instance, args.runs)
+        _write_errors(errors)
+        code, line = status.verdict(result, errors)
+        worst = max(worst, code)
+        print("\n".join([*summary_lines(result), "", line]))
+    return worst
+
+
+def _text(result: report.Report, args: argparse.Namespace) -> str:
+    lines = summary_lines(result)
+    if args.series:
+        lines += ["", *series_lines(result)]
+    return "\n".join(lines)
+
+
+def _write_errors(errors: List[str]) -> None:
+    sys.stderr.write("".join(f"check error: {error}\n" for error in errors))
 
 
 def _instances(args: argparse.Namespace) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     init_config, instances = _read_config(args.config) if args.config else ({}, [{}])
+    return init_config, [dict(instance, **_overrides(args)) for instance in instances]
+
+
+def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    """The instance options the command line sets on every instance."""
+    options: Dict[str, Any] = {}
     if args.simulate:
-        instances = [dict(instance, simulate=args.simulate) for instance in instances]
-    return init_config, instances
+        options["simulate"] = args.simulate
+    if args.source or args.socket:
+        options["source"] = args.source or "sidecar"
+    if args.socket:
+        options["sidecar_socket"] = args.socket
+    return options
 
 
 def _read_config(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
@@ -119,81 +219,6 @@ def _read_config(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
             raise ConfigFileError(f"`instances` item {index} in {path} must be a mapping of options "
                                   f"(`{{}}` for the defaults); got {instance!r}")
     return init_config, instances
-
-
-def _wait(check, interval: float) -> None:
-    """A simulated node skips ahead one collection interval; a real one waits a second."""
-    if check.simulation is not None:
-        check.simulation.advance(interval)
-    else:
-        time.sleep(1)
-
-
-def _counter_values(aggregator) -> Dict[Tuple, float]:
-    values = {}
-    for name in aggregator.metric_names:
-        for stub in aggregator.metrics(name):
-            if stub.type == aggregator.MONOTONIC_COUNT:
-                values[(name, tuple(stub.tags))] = stub.value
-    return values
-
-
-def _report(aggregator, previous: Dict[Tuple, float]) -> Dict[str, list]:
-    """The last run; monotonic counts show the increase since the run before, as the Agent sends."""
-    metrics = []
-    type_names = {v: k for k, v in vars(type(aggregator)).items() if k.isupper() and isinstance(v, int)}
-    for name in sorted(aggregator.metric_names):
-        for stub in aggregator.metrics(name):
-            kind = type_names.get(stub.type, str(stub.type)).lower()
-            value = stub.value
-            if stub.type == aggregator.MONOTONIC_COUNT:
-                before = previous.get((name, tuple(stub.tags)))
-                if before is None or value < before:
-                    continue
-                value -= before
-            metrics.append({"name": name, "type": kind, "value": value, "tags": sorted(stub.tags)})
-    service_checks = [
-        {"name": name, "status": STATUS_NAMES[sc.status], "tags": sorted(sc.tags), "message": sc.message or ""}
-        for name in sorted(aggregator._service_checks)
-        for sc in aggregator.service_checks(name)
-    ]
-    events = [
-        {"title": e["msg_title"], "text": e["msg_text"], "alert_type": e.get("alert_type", "info"),
-         "tags": sorted(e.get("tags") or [])}
-        for e in aggregator.events
-    ]
-    return {"metrics": metrics, "service_checks": service_checks, "events": events}
-
-
-def _short_tags(tags: List[str]) -> str:
-    keep = ("gpu_index:", "gpu_instance_id:", "gpu_mig_profile:", "gpu_slicing_mode:", "gpu_sharing_mode:", "xid:",
-            "kube_namespace:", "pod_name:", "pid:", "process_name:")
-    # A mode is worth a column only where a GPU is sliced or shared.
-    return ",".join(t for t in tags if t.startswith(keep) and not t.endswith("_mode:none"))
-
-
-def _table(report: Dict[str, list]) -> str:
-    lines = [f"=== Metrics ({len(report['metrics'])}) ==="]
-    lines += [
-        f"{m['name']:<58} {m['type']:<16} {m['value']:>18.6g}  {_short_tags(m['tags'])}" for m in report["metrics"]
-    ]
-    lines.append(f"\n=== Service checks ({len(report['service_checks'])}) ===")
-    lines += [
-        f"{s['name']:<40} {s['status']:<9} {_short_tags(s['tags']):<40} {s['message']}"
-        for s in report["service_checks"]
-    ]
-    lines.append(f"\n=== Events ({len(report['events'])}) ===")
-    lines += [f"[{e['alert_type']}] {e['title']}\n    {e['text'].splitlines()[-1]}" for e in report["events"]]
-    # Last, where a terminal leaves it in view: the GPUs, the node's cost and the workloads'.
-    lines += ["", *summary_lines(report)]
-    return "\n".join(lines)
-
-
-def _error_text(error: str) -> str:
-    try:
-        return "".join(f"check error: {item['message']}\n" for item in json.loads(error))
-    except (ValueError, KeyError, TypeError):
-        return f"check error: {error}\n"
 
 
 if __name__ == "__main__":

@@ -1,83 +1,77 @@
-"""What `gpu-monitoring check` prints after the series for a person to read: a line per GPU with
-its load, health, holder and what it costs, the node's funnel and cost, and each workload's cost.
+"""The summary of a check run for a person to read: a line per GPU with its load, health, holder
+and what it costs, the node's funnel and cost, every service check that is not OK with its
+message, the events, and each workload's cost.
 
-It reads only the report of what the check submitted, so it shows what Datadog would receive.
+It reads only the report of what the check submitted, so it shows what Datadog would receive;
+a metric the instance does not send (a profile or `metric_patterns` left it out) shows as "-".
 """
 
 from collections import defaultdict
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+from .units import human
 
 NAMESPACE = "gpu_monitoring."
 GIB = 1024 ** 3
-FUNNEL = ("total", "allocated", "active", "effective")
+FUNNEL = ("total", "allocatable", "allocated", "active", "effective")
 NO_PRICE = "no price for these GPUs: set hourly_price or default_hourly_price to see cost"
+# A GPU held by more workloads than this names how many, not who.
+MAX_HOLDERS_NAMED = 2
+
+Summary = Dict[str, Any]
+
+
+def summarize(report: Dict[str, list]) -> Summary:
+    """The summary as data: `--json` carries it beside the series it is read from."""
+    metrics = report["metrics"]
+    return {
+        "gpus": _gpus(metrics, report["service_checks"]),
+        "funnel": {stage: _total(metrics, f"fleet.devices.{stage}") for stage in FUNNEL},
+        "cost": {"hourly": _total(metrics, "cost.hourly"), "idle_hourly": _total(metrics, "cost.idle_hourly")},
+        "workloads": _workloads(metrics),
+        "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != "OK"],
+    }
 
 
 def summary_lines(report: Dict[str, list]) -> List[str]:
-    metrics = report["metrics"]
-    return [*_gpu_section(metrics, report["service_checks"]), _node_line(metrics), *_workload_section(metrics)]
+    summary = summarize(report)
+    return [
+        *_gpu_lines(summary["gpus"]), _node_line(summary),
+        *_problem_lines(summary["service_checks_not_ok"], len(report["service_checks"])),
+        *_event_lines(report["events"]),
+        *_workload_lines(summary["workloads"]),
+    ]
 
 
-_GPU_HEADER = ("gpu", "device", "util", "memory", "health", "held by", "cost", "idle cost")
-_GPU_ROW = "{:<4} {:<24} {:>5} {:>17}  {:<9} {:<40} {:>9} {:>9}"
-_GPU_COLUMNS = ("utilization.gpu", "memory.used", "memory.total", "cost.hourly", "cost.idle_hourly")
-_WORKLOAD_ROW = "{:<48} {:>6} {:>9} {:>9}"
+# --- data --------------------------------------------------------------------------------
 
 
-def _gpu_section(metrics: List[dict], service_checks: List[dict]) -> List[str]:
-    gpus = _gpu_health(service_checks)
-    columns = {name: _per_gpu(metrics, name) for name in _GPU_COLUMNS}
-    rows = [_gpu_row(index, device, status, columns, _holders(metrics, index))
-            for index, (device, status) in sorted(gpus.items(), key=_by_index)]
-    return [f"=== GPUs ({len(gpus)}) ===", _GPU_ROW.format(*_GPU_HEADER), *rows]
+def _gpus(metrics: List[dict], service_checks: List[dict]) -> List[dict]:
+    """A row per GPU that has a health check (every GPU NVML sees), in index order."""
+    columns = {name: _per_gpu(metrics, name)
+               for name in ("utilization.gpu", "memory.used", "memory.total", "cost.hourly", "cost.idle_hourly")}
+    rows = []
+    for index, (device, status) in sorted(_gpu_health(service_checks).items(), key=_by_index):
+        row = {"gpu_index": index, "device": device, "health": status, "held_by": _holders(metrics, index)}
+        row.update({name.replace(".", "_"): values.get(index) for name, values in columns.items()})
+        rows.append(row)
+    return rows
 
 
-def _gpu_row(index: str, device: str, status: str, columns: Dict[str, Dict[str, float]], holders: str) -> str:
-    util = columns["utilization.gpu"].get(index)
-    used, total = columns["memory.used"].get(index), columns["memory.total"].get(index)
-    memory = f"{used / GIB:.1f}/{total / GIB:.0f} GiB" if used is not None and total else "-"
-    return _GPU_ROW.format(
-        index, device, "-" if util is None else f"{util:.0f}%", memory, status, holders,
-        _money(columns["cost.hourly"].get(index)), _money(columns["cost.idle_hourly"].get(index)),
-    )
-
-
-def _workload_section(metrics: List[dict]) -> List[str]:
-    costs = _workload_costs(metrics)
-    if not costs:
-        return []
-    rows = [_WORKLOAD_ROW.format(who, f"{gpus:.3g}", _money(hourly), _money(idle))
-            for who, (gpus, hourly, idle) in sorted(costs.items())]
-    return [f"\n=== Workload cost ({len(costs)}) ===", _WORKLOAD_ROW.format("workload", "GPUs", "cost", "idle cost"),
-            *rows]
-
-
-def _node_line(metrics: List[dict]) -> str:
-    funnel = {stage: sum(_values(metrics, f"fleet.devices.{stage}")) for stage in FUNNEL}
-    counts = (f"{funnel['total']:.0f} GPUs: {funnel['allocated']:.0f} allocated, {funnel['active']:.0f} active, "
-              f"{funnel['effective']:.0f} effective")
-    hourly, idle = _values(metrics, "cost.hourly"), _values(metrics, "cost.idle_hourly")
-    if not hourly:
-        return f"Node: {counts}; {NO_PRICE}"
-    return f"Node: {counts}; cost {_money(sum(hourly))}, idle {_money(sum(idle))}"
-
-
-def _workload_costs(metrics: List[dict]) -> Dict[str, Tuple[float, float, float]]:
-    """(GPUs held, cost, idle cost) per workload, over every GPU and MIG instance it holds."""
+def _workloads(metrics: List[dict]) -> List[dict]:
+    """GPUs held, cost and idle cost per workload, over every GPU and MIG instance it holds."""
     totals: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for position, name in enumerate(("workload.gpus", "workload.cost.hourly", "workload.cost.idle_hourly")):
         for series in _series(metrics, name):
             totals[_who(_tags(series))][position] += series["value"]
-    return {who: tuple(values) for who, values in totals.items() if values[1] or values[2]}
+    return [{"workload": who, "gpus": gpus, "cost_hourly": hourly, "cost_idle_hourly": idle}
+            for who, (gpus, hourly, idle) in sorted(totals.items()) if hourly or idle]
 
 
-def _holders(metrics: List[dict], index: str) -> str:
+def _holders(metrics: List[dict], index: str) -> List[str]:
     # A container using a GPU it was not given is a workload holding none of it.
-    who = sorted({_who(_tags(series)) for series in _series(metrics, "workload.gpus")
-                  if _tags(series).get("gpu_index") == index and series["value"] > 0})
-    if len(who) > 2:
-        return f"{len(who)} workloads"
-    return ", ".join(who) or "-"
+    return sorted({_who(_tags(series)) for series in _series(metrics, "workload.gpus")
+                   if _tags(series).get("gpu_index") == index and series["value"] > 0})
 
 
 def _gpu_health(service_checks: List[dict]) -> Dict[str, Tuple[str, str]]:
@@ -107,8 +101,10 @@ def _per_gpu(metrics: List[dict], name: str) -> Dict[str, float]:
     }
 
 
-def _values(metrics: List[dict], name: str) -> List[float]:
-    return [series["value"] for series in _series(metrics, name)]
+def _total(metrics: List[dict], name: str) -> Optional[float]:
+    """The sum of a metric's series; None where the run sent none."""
+    values = [series["value"] for series in _series(metrics, name)]
+    return sum(values) if values else None
 
 
 def _series(metrics: List[dict], name: str) -> List[dict]:
@@ -119,10 +115,82 @@ def _tags(item: dict) -> Dict[str, str]:
     return dict(tag.split(":", 1) for tag in item["tags"] if ":" in tag)
 
 
-def _money(value: Optional[float]) -> str:
-    return "-" if value is None else f"${value:,.2f}/h"
-
-
 def _by_index(item: Tuple[str, tuple]) -> Tuple[int, str]:
     index = item[0]
     return (int(index), index) if index.isdigit() else (1 << 30, index)
+
+
+# --- text --------------------------------------------------------------------------------
+
+_GPU_HEADER = ("gpu", "device", "util", "memory", "health", "held by", "cost", "idle cost")
+_GPU_ROW = "{:<4} {:<24} {:>5} {:>17}  {:<9} {:<40} {:>9} {:>9}"
+_WORKLOAD_ROW = "{:<48} {:>6} {:>9} {:>9}"
+_PROBLEM_ROW = "{:<22} {:<9} {:<7} {}"
+
+
+def _gpu_lines(gpus: List[dict]) -> List[str]:
+    rows = [
+        _GPU_ROW.format(
+            gpu["gpu_index"], gpu["device"], human("utilization.gpu", gpu["utilization_gpu"]),
+            _memory(gpu["memory_used"], gpu["memory_total"]), gpu["health"], _holder_text(gpu["held_by"]),
+            _money(gpu["cost_hourly"]), _money(gpu["cost_idle_hourly"]),
+        )
+        for gpu in gpus
+    ]
+    return [f"=== GPUs ({len(gpus)}) ===", _GPU_ROW.format(*_GPU_HEADER), *rows]
+
+
+def _node_line(summary: Summary) -> str:
+    funnel = {stage: "-" if value is None else f"{value:.0f}" for stage, value in summary["funnel"].items()}
+    counts = (f"{funnel['total']} GPUs: {funnel['allocated']} allocated, {funnel['active']} active, "
+              f"{funnel['effective']} effective")
+    cost = summary["cost"]
+    if cost["hourly"] is None:
+        return f"Node: {counts}; {NO_PRICE}"
+    return f"Node: {counts}; cost {_money(cost['hourly'])}, idle {_money(cost['idle_hourly'])}"
+
+
+def _problem_lines(problems: List[dict], count: int) -> List[str]:
+    if not problems:
+        return [f"\n=== Service checks: all {count} OK ===" if count else "\n=== Service checks: none sent ==="]
+    rows = [_PROBLEM_ROW.format(check["name"][len(NAMESPACE):], check["status"], _where(check), check["message"])
+            for check in problems]
+    return [f"\n=== Service checks not OK ({len(problems)} of {count}) ===", *rows]
+
+
+def _event_lines(events: List[dict]) -> List[str]:
+    # The title names the fault; an event's last line says what to do about it.
+    lines = [f"\n=== Events ({len(events)}) ==="]
+    for event in events:
+        last = (event["text"].strip().splitlines() or [""])[-1]
+        lines += [f"[{event['alert_type']}] {event['title']}", f"    {last}"]
+    return lines
+
+
+def _workload_lines(workloads: List[dict]) -> List[str]:
+    if not workloads:
+        return []
+    rows = [_WORKLOAD_ROW.format(w["workload"], f"{w['gpus']:.3g}", _money(w["cost_hourly"]),
+                                 _money(w["cost_idle_hourly"]))
+            for w in workloads]
+    header = _WORKLOAD_ROW.format("workload", "GPUs", "cost", "idle cost")
+    return [f"\n=== Workload cost ({len(workloads)}) ===", header, *rows]
+
+
+def _where(check: dict) -> str:
+    index = _tags(check).get("gpu_index")
+    return "node" if index is None else f"GPU {index}"
+
+
+def _holder_text(holders: List[str]) -> str:
+    if len(holders) > MAX_HOLDERS_NAMED:
+        return f"{len(holders)} workloads"
+    return ", ".join(holders) or "-"
+
+
+def _memory(used: Optional[float], total: Optional[float]) -> str:
+    return f"{used / GIB:.1f}/{total / GIB:.0f} GiB" if used is not None and total else "-"
+
+
+def _money(value: Optional[float]) -> str:
+    return "-" if value is None else f"${value:,.2f}/h"

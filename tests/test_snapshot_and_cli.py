@@ -3,17 +3,20 @@
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from gpu_monitoring import metric_spec, simulator
+from gpu_monitoring import __version__, metric_spec, simulator
 from gpu_monitoring.cli import main
 from gpu_monitoring.collectors.node import NodeCollector
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 from gpu_monitoring.snapshot import Snapshot
 
 from .conftest import tag_dict
+from .sidecar_support import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +97,7 @@ def test_snapshot_of_another_version_is_refused():
 
 def test_cli_json(capsys):
     report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
-    assert set(report) == {"metrics", "service_checks", "events"}
+    assert set(report) == {"summary", "metrics", "service_checks", "events"}
     for metric in report["metrics"]:
         assert set(metric) == {"name", "type", "value", "tags"}
         assert metric["name"].startswith("gpu_monitoring.")
@@ -147,7 +150,8 @@ def test_cli_single_run_has_no_increase_to_show(capsys):
 
 
 def test_cli_faults_show_xids(capsys):
-    report = json.loads(run_cli(capsys, "--simulate", "faults", "--runs", "3", "--json"))
+    # The faults start 20 s into the scenario: the runs go on until they have happened.
+    report = json.loads(run_cli(capsys, "--simulate", "faults", "--json"))
     events = {tag_dict(e["tags"])["xid"]: e for e in report["events"]}
     assert set(events) == {"13", "63", "79"}
     assert events["79"]["alert_type"] == "error"
@@ -164,12 +168,21 @@ def test_cli_faults_show_xids(capsys):
 
 
 def test_cli_table(capsys):
-    out = run_cli(capsys, "--simulate", "faults", "--runs", "3")
-    assert out.startswith("=== Metrics (")
-    assert "=== Service checks (7) ===" in out
-    assert "=== Events (3) ===" in out
-    assert "[error] XID 79 on GPU 2" in out
-    assert "CRITICAL" in out
+    out = run_cli(capsys, "--simulate", "faults", "--series")
+    assert out.startswith("=== GPUs (6) ===")
+    summary, series = out.split("=== Series sent to Datadog: ")
+    assert "=== Service checks not OK (5 of 7) ===" in summary
+    assert "=== Events (3) ===" in summary
+    assert series.startswith(f"{series.split()[0]} metrics, 7 service checks, 3 events ===")
+    assert "--- Service checks (7) ---" in series and "--- Events (3) ---" in series
+    assert "[error] XID 79 on GPU 2" in summary and "[error] XID 79 on GPU 2" in series
+    assert "CRITICAL" in summary
+
+
+def test_cli_runs_asked_for_win(capsys):
+    # Two runs end at t=15, before the faults.
+    report = json.loads(run_cli(capsys, "--simulate", "faults", "--runs", "2", "--json"))
+    assert report["events"] == []
 
 
 def test_cli_with_the_example_config(capsys):
@@ -199,11 +212,18 @@ def test_cli_config_interval_and_tags(capsys, tmp_path):
         assert "team:ml" in item["tags"]
 
 
-def test_cli_rejects_zero_runs(capsys):
+USAGE_ERRORS = {
+    "zero runs": (["--simulate", "dgx-h100", "--runs", "0"], "--runs"),
+    "a socket read locally": (["--source", "local", "--socket", "/tmp/x.sock"], "--socket"),
+}
+
+
+@pytest.mark.parametrize("args, named", USAGE_ERRORS.values(), ids=USAGE_ERRORS.keys())
+def test_cli_usage_errors(capsys, args, named):
     with pytest.raises(SystemExit) as exit_:
-        main(["check", "--simulate", "dgx-h100", "--runs", "0"])
+        main(["check", *args])
     assert exit_.value.code == 2
-    assert "--runs" in capsys.readouterr().err
+    assert named in capsys.readouterr().err
 
 
 BAD_CONFIGS = {
@@ -244,3 +264,57 @@ def test_cli_metadata(capsys):
     assert out == metric_spec.metadata_csv()
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == len(metric_spec.SPEC)
+
+
+def test_cli_takes_generic_tags_as_the_agent_does(capsys, tmp_path):
+    config = tmp_path / "conf.yaml"
+    config.write_text("instances:\n  - {simulate: t4-shared, tags: [env:lab, service:x, version:1]}\n")
+    report = json.loads(run_cli(capsys, "--config", str(config), "--json"))
+    assert report["metrics"] and report["service_checks"]
+    for item in report["metrics"] + report["service_checks"]:
+        assert {"env:lab", "service:x", "version:1"} <= set(item["tags"]), item
+    # The test aggregator's own rule is back for the tests that follow.
+    assert "DDEV_SKIP_GENERIC_TAGS_CHECK" not in os.environ
+
+
+def test_cli_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"gpu-monitoring {__version__}\n"
+
+
+@pytest.mark.parametrize("command", ["check", "status"])
+def test_cli_help_lists_every_scenario_and_default(capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    shipped = sorted(path.stem for path in (Path(simulator.__file__).parent / "scenarios").glob("*.yaml"))
+    assert shipped
+    listed = out.split("scenarios for --simulate:")[1].split("\n\n")[0]
+    assert sorted(name.strip() for name in listed.split(",")) == shipped
+    options = out.split("options:")[1].split("scenarios for --simulate:")[0]
+    help_texts = options.split("\n  --")[1:]
+    assert len(help_texts) == (7 if command == "check" else 5)
+    assert all("default:" in text for text in help_texts), help_texts
+    assert DEFAULT_SOCKET in out and "GRPC_VERBOSITY" in out
+
+
+def test_cli_reads_a_sidecar_socket(capsys, tmp_path):
+    sidecar = SidecarProcess(tmp_path, "legacy-driver").start()
+    try:
+        report = json.loads(run_cli(capsys, "--source", "sidecar", "--socket", sidecar.socket, "--json"))
+    finally:
+        sidecar.stop()
+    statuses = {c["name"]: c["status"] for c in report["service_checks"]}
+    assert statuses["gpu_monitoring.sidecar.can_connect"] == "OK"
+    assert statuses["gpu_monitoring.device.health"] == "OK"
+    assert any(m["name"] == "gpu_monitoring.temperature" for m in report["metrics"])
+
+
+def test_cli_socket_without_source_reads_the_sidecar(capsys, tmp_path):
+    report = json.loads(run_cli(capsys, "--socket", str(tmp_path / "absent.sock"), "--json", "--runs", "1"))
+    (check,) = report["service_checks"]
+    assert (check["name"], check["status"]) == ("gpu_monitoring.sidecar.can_connect", "CRITICAL")
+    assert "absent.sock" in check["message"]
