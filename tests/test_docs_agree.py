@@ -1,0 +1,144 @@
+"""The docs say each fact once, from its source: figures from `make bench`'s docs/performance.json,
+scenarios from the package, the official chart's version from the copy the tests render, the
+sidecar's memory from its measured RSS, assets and service checks from assets/."""
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from gpu_monitoring.simulator.scenario import available
+
+from .deploy_support import CHART, DATADOG_CHART
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PERFORMANCE_JSON = ROOT / "docs" / "performance.json"
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_support import headline  # noqa: E402
+
+# Every document a user reads, and the comments of the files they copy from.
+DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "Makefile", CHART / "README.md", CHART / "values.yaml",
+        CHART / "templates" / "NOTES.txt", ROOT / "deploy" / "helm" / "datadog-values.yaml",
+        ROOT / "deploy" / "helm" / "datadog-values-local.yaml", ROOT / "deploy" / "systemd" / "README.md",
+        ROOT / "docs" / "RELIABILITY.md"]
+
+
+def readme() -> str:
+    return README.read_text()
+
+
+def bench_figures() -> dict:
+    return json.loads(PERFORMANCE_JSON.read_text())
+
+
+def outside_bench_block(text: str) -> str:
+    return headline.BLOCK.sub("", text)
+
+
+def section(text: str, title: str) -> str:
+    """A level-2 section of the README, heading excluded."""
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert found, f"README has no section '## {title}'"
+    return found.group(1)
+
+
+def shell_commands(text: str) -> Iterator[str]:
+    """Each command of the text's lines, continuation lines joined, comment markers dropped."""
+    joined = re.sub(r"\\\n\s*#?\s*", " ", text)
+    for line in joined.splitlines():
+        yield line.lstrip("# ").strip()
+
+
+def test_the_readme_quotes_the_last_bench():
+    assert headline.quoted(readme()) == headline.readme_block(bench_figures()), (
+        "README's figures differ from docs/performance.json: run `make bench`")
+
+
+@pytest.mark.parametrize("pattern, key", [
+    (r"(\d+(?:\.\d+)?) NVML calls per GPU", "nvml_calls_per_gpu"),
+    (r"(\d+(?:\.\d+)?)× (?:the|its) (?:submission )?floor", "own_over_floor"),
+])
+def test_no_doc_quotes_another_figure(pattern, key):
+    expected = headline.fmt(bench_figures()["headline"][key])
+    for doc in DOCS:
+        for figure in re.findall(pattern, outside_bench_block(doc.read_text())):
+            assert figure == expected, f"{doc.relative_to(ROOT)} says {figure} where the last bench says {expected}"
+
+
+def test_how_long_the_bench_takes_is_said_once():
+    for doc in DOCS:
+        text = outside_bench_block(doc.read_text())
+        said = re.findall(r"(?:make bench|bench:)[^\n]*?(\d+) minutes", text, re.S)
+        assert not said, f"{doc.relative_to(ROOT)} says `make bench` takes {said} minutes: the README's figures say it"
+
+
+def test_the_readme_lists_the_packages_scenarios():
+    table = section(readme(), "Simulated nodes")
+    listed = sorted(re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M))
+    assert listed == available()
+
+
+def test_every_scenario_a_doc_names_exists():
+    named = set()
+    for doc in DOCS:
+        named |= set(re.findall(r"(?:--simulate|SCENARIO=|simulate:)\s*([a-z][a-z0-9-]+)", doc.read_text()))
+    assert named and named <= set(available())
+
+
+def official_chart_version() -> str:
+    return yaml.safe_load((DATADOG_CHART / "Chart.yaml").read_text())["version"]
+
+
+def helm_commands() -> Iterator[tuple]:
+    for doc in DOCS:
+        for command in shell_commands(doc.read_text()):
+            if re.match(r"helm (install|upgrade)\b", command):
+                yield doc.relative_to(ROOT), command
+
+
+def test_helm_commands_name_a_namespace_and_pin_the_official_chart():
+    commands = list(helm_commands())
+    assert commands
+    for doc, command in commands:
+        assert re.search(r"(^| )(-n|--namespace) \S", command), f"{doc}: no namespace in `{command}`"
+        if " datadog/datadog" in command:
+            assert f"--version {official_chart_version()}" in command, f"{doc}: `{command}` is not pinned"
+
+
+def test_helm_commands_agree_on_release_names():
+    releases = {}
+    for _, command in helm_commands():
+        words = command.replace("--install", "").split()
+        release, chart = words[2], words[3]
+        releases.setdefault(chart, set()).add(release)
+    assert all(len(names) == 1 for names in releases.values()), releases
+
+
+def mebibytes(quantity: str) -> float:
+    number, unit = re.fullmatch(r"(\d+(?:\.\d+)?)(Mi|Gi)", quantity).groups()
+    return float(number) * (1024 if unit == "Gi" else 1)
+
+
+def test_the_sidecars_memory_request_covers_its_measured_rss():
+    resources = yaml.safe_load((CHART / "values.yaml").read_text())["resources"]
+    rss = bench_figures()["headline"]["sidecar_rss_mib"]
+    request, limit = mebibytes(resources["requests"]["memory"]), mebibytes(resources["limits"]["memory"])
+    assert rss * 1.2 <= request < limit, (rss, request, limit)
+
+
+def test_the_readme_presents_every_dashboard_and_monitor():
+    text = section(readme(), "Dashboards and monitors")
+    for path in sorted((ROOT / "assets" / "dashboards").glob("*.json")) + sorted(
+            (ROOT / "assets" / "monitors").glob("*.json")):
+        assert f"`{path.name}`" in text, f"README's 'Dashboards and monitors' does not present {path.name}"
+
+
+def test_troubleshooting_covers_every_service_check():
+    text = section(readme(), "Troubleshooting")
+    for check in json.loads((ROOT / "assets" / "service_checks.json").read_text()):
+        assert f"`{check['check']}`" in text
