@@ -14,6 +14,7 @@ from .config_models import ConfigMixin
 from .deps import require
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
+from .metric_spec import SPEC, sent_in
 from .nvml.errors import NvmlError
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot
@@ -102,6 +103,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             disabled=self.options.disabled_collectors,
             proc_root=self.options.proc_root,
             allocations=self.allocation_reader,
+            # What the profile does not send is not read, where a read gives nothing else: health
+            # and attribution judge only metrics of the smallest profile or reads that give them.
+            unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
         )
 
     def _save_cursor(self, value: str) -> None:

@@ -47,6 +47,7 @@ from bench_support.memory_modes import measure_modes  # noqa: E402
 from bench_support.report import Report, Section, text  # noqa: E402
 
 CROWDED = "dgx-h100, 8 processes/GPU"
+EVERYTHING = "dgx-h100, metrics_profile full"
 FIELD_PROFILE_RUNS = 50
 MEMORY_WARM_UP = 100
 
@@ -101,7 +102,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _calls(args: argparse.Namespace, directory: Path, report: Report) -> Section:
     counts = [calls.count_calls(name, name, args.calls_runs) for name in args.scenario]
     counts.append(calls.count_calls(CROWDED, scenarios.crowded(directory, 8, 64, 64), args.calls_runs))
-    targeted = {"dgx-h100", CROWDED, scenarios.FIELD_REFUSING}
+    # The default profile leaves out reads that give only metrics it does not send; `full` makes them all.
+    counts.append(calls.count_calls(EVERYTHING, "dgx-h100", args.calls_runs, metrics_profile="full"))
+    targeted = {"dgx-h100", CROWDED, EVERYTHING, scenarios.FIELD_REFUSING}
     return calls.section(counts, args.calls_runs, report, targeted)
 
 

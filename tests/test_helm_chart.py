@@ -346,8 +346,8 @@ PROBE_RULE = (
 )
 
 
-def test_the_chart_readme_and_values_state_the_same_probe_rule():
-    for path in (CHART / "README.md", CHART / "values.yaml"):
+def test_the_readmes_and_values_state_the_same_probe_rule():
+    for path in (CHART / "README.md", CHART / "values.yaml", ROOT / "README.md"):
         text = " ".join(said(path.read_text()).split())
         for sentence in PROBE_RULE:
             assert sentence in text, f"{path.name} does not say: {sentence}"

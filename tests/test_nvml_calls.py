@@ -8,7 +8,7 @@ from gpu_monitoring.nvml.fallbacks import FUNCTIONS as FALLBACK_FUNCTIONS
 from gpu_monitoring.simulator.scenario import resolve
 
 from .attribution_support import processes
-from .conftest import tag_dict
+from .conftest import SimulatedNode, tag_dict
 
 MAX_CALLS_PER_GPU = 20
 # Asked once a run for the whole node, whatever its GPUs: the event drain.
@@ -171,3 +171,19 @@ def test_the_field_refusing_driver_adds_only_fallback_calls(node):
     # The node's event drain asks once more for each event it finds, and this node has XIDs.
     gpu_calls, _ = gpu_and_node_calls(besides_fallbacks, len(refusing_node.sim.devices))
     assert gpu_calls <= MAX_CALLS_PER_GPU, besides_fallbacks
+
+
+def test_a_profile_does_not_read_what_it_does_not_send(node, aggregator):
+    """Reads that give only metrics the profile leaves out are not made; health is judged alike."""
+    calls, health = {}, {}
+    for profile in ("full", "standard"):
+        aggregator.reset()
+        calls[profile] = steady_calls(node("dgx-h100", metrics_profile=profile))
+        health[profile] = {index: (stub.status, stub.message) for index, stub in SimulatedNode.health().items()}
+    full, standard = calls["full"], calls["standard"]
+    fewer = {function for function in full if standard[function] < full[function]}
+    assert fewer == {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+                     "nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState"}
+    assert standard["nvmlDeviceGetClockInfo"] == 2  # the SM and memory clocks; not graphics nor video
+    assert not {function for function in standard if standard[function] > full[function]}
+    assert health["standard"] == health["full"] and len(health["full"]) == 8

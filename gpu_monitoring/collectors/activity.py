@@ -15,8 +15,10 @@ class Utilization(Collector):
         rates = device.utilization_rates()
         if rates is not None:
             out.metrics["utilization.gpu"], out.metrics["utilization.memory"] = rates
-        put(out.metrics, "utilization.encoder", device.encoder_utilization())
-        put(out.metrics, "utilization.decoder", device.decoder_utilization())
+        if self.wants("utilization.encoder"):
+            put(out.metrics, "utilization.encoder", device.encoder_utilization())
+        if self.wants("utilization.decoder"):
+            put(out.metrics, "utilization.decoder", device.decoder_utilization())
 
 
 class Gpm(Collector):

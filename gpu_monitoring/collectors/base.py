@@ -1,6 +1,6 @@
 """What every collector shares: the interface, storing a value the device may not give, counter rates."""
 
-from typing import Dict, Hashable, Iterable, Optional, Tuple
+from typing import AbstractSet, Dict, Hashable, Iterable, Optional, Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
@@ -15,6 +15,13 @@ class Collector:
     """
 
     name = ""
+    # Metrics nobody submits nor judges (what the metrics profile leaves out): a read that gives
+    # only these is not made. The node collector sets it; a sidecar, serving any profile, reads all.
+    unused: AbstractSet[str] = frozenset()
+
+    def wants(self, *metrics: str) -> bool:
+        """Whether a read that gives these metrics is worth its NVML call."""
+        return not self.unused.issuperset(metrics)
 
     def fields(self, device: Device) -> Iterable[FieldKey]:
         """Readings (nvml.readings) this collector wants: one batched call, fallbacks where refused."""

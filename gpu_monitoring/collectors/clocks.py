@@ -18,10 +18,12 @@ class Clocks(Collector):
     def collect(self, device: Device, fields: Fields, out) -> None:
         m = out.metrics
         for kind, metric in CLOCK_METRICS.items():
-            put(m, metric, device.clock_mhz(kind))
+            if self.wants(metric):
+                put(m, metric, device.clock_mhz(kind))
         for kind, value in device.max_clocks_mhz.items():
             put(m, MAX_CLOCK_METRICS[kind], value)
-        put(m, "performance_state", device.performance_state())
+        if self.wants("performance_state"):
+            put(m, "performance_state", device.performance_state())
         reasons = device.clock_event_reasons()
         if reasons is None:
             return

@@ -6,7 +6,7 @@ lists the NVML calls a run makes besides it and why no field replaces them).
 
 import logging
 import time
-from typing import Dict, FrozenSet, Iterable, List, Optional
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
 
 from .. import snapshot
 from ..nvml.device import Device
@@ -61,6 +61,7 @@ class NodeCollector:
         allocations: Optional[AllocationReader] = None,
         lost_restart_interval: float = 300.0,
         watch_events: bool = True,
+        unused: AbstractSet[str] = frozenset(),
     ):
         self.session = session
         self.disabled = set(disabled)
@@ -74,6 +75,8 @@ class NodeCollector:
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
         self._build_collectors()
+        for collector in self.collectors:
+            collector.unused = unused
 
     def _build_collectors(self) -> None:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]

@@ -7,7 +7,7 @@ driver refuses fields; the other nodes' figures are printed for comparison.
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Set
+from typing import Any, Dict, List, Set
 
 from gpu_monitoring.nvml.fallbacks import FUNCTIONS as FALLBACKS
 
@@ -44,8 +44,8 @@ class CallCount:
         return sum(self.per_gpu.get(name, 0.0) for name in NODE_FUNCTIONS) * self.gpus
 
 
-def count_calls(label: str, scenario: str, runs: int) -> CallCount:
-    with Bench(scenario) as bench:
+def count_calls(label: str, scenario: str, runs: int, **options: Any) -> CallCount:
+    with Bench(scenario, **options) as bench:
         bench.warm_up(1)
         bench.sim.calls.clear()
         entries = bench.fields.count

@@ -31,7 +31,7 @@ def readme_block(data: Dict[str, Any]) -> str:
     h = data["headline"]
     node = f"`{data['scenario']}`"
     rows = [
-        (f"NVML calls per GPU per run, {node}", fmt(h["nvml_calls_per_gpu"])),
+        (f"NVML calls per GPU per run, {node}, default `metrics_profile`", fmt(h["nvml_calls_per_gpu"])),
         (f"series per run, {node}, default `metrics_profile`", fmt(h["series_per_run"])),
         (f"the check's own CPU per run, {node}",
          f"{fmt(h['own_ms_per_run'])} ms; {fmt(h['own_over_floor'])}× the {fmt(h['floor_ms_per_run'])} ms that "
