@@ -51,5 +51,5 @@ def table(scenario: str, cost: RefreshCost) -> Table:
          [f"average at a {INTERVAL} s interval and the default {DEFAULT_TTL:g} s pod_cache_ttl "
           f"({REFRESHING_SHARE:.0%} of runs ask)", "", "", cost.amortized_ratio]],
         [f"a run that asks adds {cost.extra_floors:.2f} floors per series, {cost.extra_ms:.2f} ms at the steady "
-         "comparison's floor; no target is set on it (the issue's is the steady run)"],
+         "comparison's floor; no target is set on it (the target is the steady run's)"],
     )

@@ -1,4 +1,4 @@
-"""The fault matrix (issue 10, Deliver 2): every fault, the same five promises.
+"""The fault matrix: every fault, the same five promises.
 
 Each case stages one fault on a real simulated node (the simulator's NVML, its HTTPS kubelet and
 gRPC pod-resources socket, its proc root) or on a real local server written here (a kubelet that

@@ -1,5 +1,5 @@
 """One log line per fault per state change: a fault that lasts is not logged again every run or
-for every process it touches (issue 10, class 8)."""
+for every process it touches."""
 
 import logging
 import os

@@ -1,4 +1,4 @@
-"""The sidecar's unix-socket server cannot be pushed over (issue 10, class 5): bursts of clients,
+"""The sidecar's unix-socket server cannot be pushed over: bursts of clients,
 clients that stall, malformed requests, and a socket path that is not the sidecar's to take.
 
 Every test talks to a real sidecar subprocess over its own socket, with bounded client counts.
