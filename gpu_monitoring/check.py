@@ -1,7 +1,7 @@
 """The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
 import os
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
@@ -25,7 +25,6 @@ from .submission import Submitter
 # ships neither package, and sidecar mode needs neither.
 if TYPE_CHECKING:
     from .collectors.node import NodeCollector
-    from .simulator import Scenario, SimulatedNvml
     from .simulator.node import SimulatedNode
 
 CAN_CONNECT = "nvml.can_connect"
@@ -39,24 +38,19 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
-        self.simulation: Optional[SimulatedNvml] = None
-        self.simulated_node: Optional[SimulatedNode] = None
-        self.allocation_reader: Optional[AllocationReader] = None
         self.instance = self.instance or {}
         # The check's own rules first: their errors name the option and what it accepts. Then the
         # generated models (`self.config`) the Agent validates; `self.options` holds what the check
         # derives on top (the Agent's kubelet settings, the simulator's stand-ins, folded options).
         self.options = self._configure(self.instance)
         self.load_configuration_models()
-        self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
-        self.source = self._source()
-        self.settings = Settings(
-            effective_threshold=self.config.effective_threshold,
-            hourly_price=self.options.hourly_price,
-            default_hourly_price=self.config.default_hourly_price,
-        )
         self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device,
                                    self.options.metrics_profile)
+        # What the runs read from is opened by `start()`, on the first run: a constructor only parses.
+        self.kubelet: Optional[KubeletClient] = None
+        self.allocation_reader: Optional[AllocationReader] = None
+        self.source: Optional[Union[LocalSource, SidecarSource]] = None
+        self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
         self._nvlink_up = health.NvLinkMemory()
         self._unavailable: Optional[str] = None
@@ -69,20 +63,28 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         super().load_configuration_models(package_path or "gpu_monitoring.config_models")
 
     def _configure(self, instance: dict) -> InstanceConfig:
-        """The options; with `simulate`, a simulated NVML, a proc root and, if the scenario has
-        pods, a simulated kubelet and pod-resources socket, which the options point at."""
+        """The options; with `simulate`, also the simulated node, read from its scenario here with the
+        other options (so that one that cannot be loaded is a configuration error) and started by `start()`."""
         config = parse(instance)
-        if not config.simulate:
-            return config
-        from .simulator import SimulatedNvml
-        from .simulator.node import SimulatedNode
+        self.simulated_node: Optional[SimulatedNode] = _simulated_node(config.simulate) if config.simulate else None
+        return config
 
-        self.simulation = SimulatedNvml(_scenario(config.simulate))
-        self.simulated_node = SimulatedNode(self.simulation)
-        standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
-        return parse(dict(standing_in, **instance))
+    def start(self) -> None:
+        """Open what the runs read: the first run does, or a caller that wants it sooner. A simulated
+        node starts first, and the options point at what it stands in for (the proc root and prices,
+        the kubelet and pod-resources when its scenario has pods); an instance's own values still win."""
+        if self.simulated_node is not None:
+            standing_in = self.simulated_node.start(serve_kubernetes=self.options.kubernetes != "false")
+            self.options = parse(dict(standing_in, **self.instance))
+        self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
+        self.source = self._source()
+        self.settings = Settings(
+            effective_threshold=self.config.effective_threshold,
+            hourly_price=self.options.hourly_price,
+            default_hourly_price=self.config.default_hourly_price,
+        )
 
-    def _source(self):
+    def _source(self) -> Union[LocalSource, SidecarSource]:
         if self.config.source == "sidecar":
             client = SidecarClient(self.config.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
@@ -97,7 +99,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         from .collectors.node import NodeCollector
         from .nvml.session import NvmlSession
 
-        library = self.simulation.library if self.simulation else self.options.nvml_library_path
+        library = self.simulated_node.nvml.library if self.simulated_node else self.options.nvml_library_path
         return NodeCollector(
             NvmlSession(library),
             disabled=self.options.disabled_collectors,
@@ -117,6 +119,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         return os.path.exists(self.options.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
 
     def check(self, _instance) -> None:
+        if self.source is None:
+            self.start()
         snapshot = self._read_node()
         if snapshot is None:
             self._kubernetes_without_gpus()
@@ -131,7 +135,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._nvlink_up.remember(snapshot.devices)
 
     def cancel(self) -> None:
-        self.source.close()
+        if self.source is not None:
+            self.source.close()
         if self.simulated_node is not None:
             self.simulated_node.stop()
 
@@ -270,10 +275,11 @@ def _orchestrator_tags(entity: str) -> List[str]:
     return tagger.tag(entity, tagger.ORCHESTRATOR) or []
 
 
-def _scenario(name_or_path: str) -> "Scenario":
-    from .simulator import ScenarioError, load
+def _simulated_node(scenario: str) -> "SimulatedNode":
+    from .simulator import ScenarioError
+    from .simulator.node import simulated_node
 
     try:
-        return load(name_or_path)
+        return simulated_node(scenario)
     except ScenarioError as e:
         raise ConfigurationError(f"`simulate`: {e}") from e

@@ -46,7 +46,7 @@ def run(init_config: Dict[str, Any], instance: Dict[str, Any], runs: Optional[in
 def runs_to_show(check, interval: float) -> int:
     """Two runs give rates and counts their increase; a simulated node's faults start at a scenario
     time, and the runs go on, one interval apart, until the first has happened."""
-    faults = check.simulation.scenario.faults if check.simulation is not None else []
+    faults = check.simulated_node.nvml.scenario.faults if check.simulated_node is not None else []
     if not faults:
         return DEFAULT_RUNS
     return max(DEFAULT_RUNS, math.ceil(faults[0].at / interval) + 1)
@@ -67,8 +67,8 @@ def _generic_tags_allowed() -> Iterator[None]:
 
 def _wait(check, interval: float) -> None:
     """A simulated node skips ahead one collection interval; a real one waits a second."""
-    if check.simulation is not None:
-        check.simulation.advance(interval)
+    if check.simulated_node is not None:
+        check.simulated_node.nvml.advance(interval)
     else:
         time.sleep(1)
 

@@ -243,7 +243,7 @@ def check_costs(simulate: Optional[str], runs: int, interval: float) -> Dict[str
         checks, owns, floors, series = [], [], [], 0
         for _ in range(runs):
             if simulate:
-                check.simulation.advance(15)
+                check.simulated_node.nvml.advance(15)
             else:
                 time.sleep(interval)
             reset_stubs()

@@ -45,11 +45,11 @@ class Volume:
 def measure(scenario: str, profile: str, runs: int = RUNS) -> Volume:
     """What the last of `runs` runs, one interval apart, sent."""
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario, "metrics_profile": profile}])
-    check.simulation.clock.set_speed(0)
+    check.simulated_node.nvml.clock.set_speed(0)
     try:
         for run in range(runs):
             if run:
-                check.simulation.advance(INTERVAL)
+                check.simulated_node.nvml.advance(INTERVAL)
             aggregator.reset()
             error = check.run()
             if error:

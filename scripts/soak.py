@@ -124,11 +124,11 @@ class Soak:
 def soak_local(runs: int, directory: Path) -> bool:
     path = scenario(runs, directory)
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": str(path), "kubernetes": False}])
-    check.simulation.clock.set_speed(0)
+    check.simulated_node.nvml.clock.set_speed(0)
     soak = Soak(check)
     for run in range(runs):
         if run:
-            check.simulation.advance(INTERVAL)
+            check.simulated_node.nvml.advance(INTERVAL)
         soak.run()
         if run == WARM_UP:
             soak.mark("warm")

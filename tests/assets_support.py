@@ -158,11 +158,11 @@ def emitted(tmp_path_factory) -> Emitted:
     for simulate, runs, options in _scenarios(tmp_path_factory.mktemp("scenarios")):
         check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate,
                                                                 metrics_profile=ASSETS_PROFILE)])
-        check.simulation.clock.set_speed(0)
+        check.simulated_node.nvml.clock.set_speed(0)
         try:
             for run in range(runs):
                 if run:
-                    check.simulation.advance(INTERVAL)
+                    check.simulated_node.nvml.advance(INTERVAL)
                 assert check.run() == "", f"{simulate}: run {run} failed"
                 collect()
         finally:

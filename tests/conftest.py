@@ -52,7 +52,10 @@ class SimulatedNode:
     def __init__(self, simulate, **options):
         options = dict({"metrics_profile": "full"}, **options)
         self.check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=str(simulate))])
-        self.sim = self.check.simulation
+        # Started now rather than by the first run, so that a test can change what the simulated
+        # kubelet and pod-resources answer before that run.
+        self.check.start()
+        self.sim = self.check.simulated_node.nvml
         self.sim.clock.set_speed(0)
         self.runs = 0
 

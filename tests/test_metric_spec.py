@@ -37,10 +37,10 @@ def submitted():
     found = defaultdict(lambda: defaultdict(set))
     for scenario, (until, options) in SCENARIOS.items():
         check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=scenario, **FULL)])
-        check.simulation.clock.set_speed(0)
+        check.simulated_node.nvml.clock.set_speed(0)
         for run in range(until // 15 + 1):
             if run:
-                check.simulation.advance(15)
+                check.simulated_node.nvml.advance(15)
             stub_aggregator.reset()
             assert check.run() == ""
             for name in stub_aggregator.metric_names:

@@ -115,6 +115,7 @@ def service_check_shapes():
 def test_same_metrics_as_local_mode(sidecars, scenario):
     sidecar = sidecars(scenario)
     local = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario}])
+    local.start()
     # Both modes ask the same kubelet: the one the local check's simulated node serves.
     kubelet = local.simulated_node.kubelet
     options = {"kubernetes": False}

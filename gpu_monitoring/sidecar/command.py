@@ -66,8 +66,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpu-monitoring sidecar: {e.package} is not installed: the sidecar needs the "
                          "package's `deps` extra (pip install 'datadog-gpu-monitoring[deps]')\n")
         return 2
-    from ..simulator import ScenarioError, SimClock, SimulatedNvml, load
-    from ..simulator.node import SimulatedNode
+    from ..simulator import ScenarioError, SimClock
+    from ..simulator.node import simulated_node
     from .app import Sidecar
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -80,13 +80,12 @@ def run_sidecar(args: argparse.Namespace) -> int:
     pod_resources = requested or DEFAULT_POD_RESOURCES
     if args.simulate:
         try:
-            simulation = SimulatedNvml(load(args.simulate), SimClock(speed=args.speed, start=args.start_at))
+            node = simulated_node(args.simulate, SimClock(speed=args.speed, start=args.start_at))
         except ScenarioError as e:
             sys.stderr.write(f"gpu-monitoring sidecar: {e}\n")
             return 2
-        node = SimulatedNode(simulation)
         options = node.start()
-        library, proc_root = simulation.library, options["proc_root"]
+        library, proc_root = node.nvml.library, options["proc_root"]
         # A scenario with pods serves its own pod-resources; one without reads only a socket given here.
         pod_resources = options.get("pod_resources_socket", requested)
     try:

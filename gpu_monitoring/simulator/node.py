@@ -23,10 +23,12 @@ given and the GPU processes it runs:
 GetAllocatableResources advertises those replicas, every ID a container holds, and each other
 GPU whole (`nvidia.com/gpu`) or, with MIG on, each of its instances (`nvidia.com/mig-<profile>`).
 
-`start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and the
-gRPC socket in a temporary directory and returns the instance options that point the check
-at them. A model's `hourly_price` stands in for the instance's `hourly_price`, so that the demo
-shows cost; an instance that sets `hourly_price` replaces the scenario's prices.
+`simulated_node()` makes a node from a scenario, reading nothing but the scenario and starting
+nothing. `start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and
+the gRPC socket in a temporary directory and returns the instance options that point the check
+at them; `stop()` ends both and removes the directory. A model's `hourly_price` stands in for
+the instance's `hourly_price`, so that the demo shows cost; an instance that sets `hourly_price`
+replaces the scenario's prices.
 """
 
 import hashlib
@@ -37,13 +39,21 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..kube.device_ids import DeviceRef, parse_device_id
 from ..snapshot import Advertised, Allocation
+from .clock import SimClock
 from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
 from .proc_root import build_proc_root
+from .scenario import load
 from .slurm import slurm_processes
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
+
+
+def simulated_node(scenario: str, clock: Optional[SimClock] = None) -> "SimulatedNode":
+    """The node a scenario (a name or a YAML path) describes, on `clock` (by default one that
+    follows wall time from now), not started. Raises ScenarioError for a scenario that cannot be loaded."""
+    return SimulatedNode(SimulatedNvml(load(scenario), clock))
 
 
 class SimulatedNode:
@@ -59,7 +69,14 @@ class SimulatedNode:
     def start(self, serve_kubernetes: bool = True) -> Dict[str, Any]:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
         self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
-        root = Path(self._directory.name)
+        try:
+            return self._serve(Path(self._directory.name), serve_kubernetes)
+        except BaseException:
+            # A check starts its node on a run, and tries again on the next: leave nothing behind.
+            self.stop()
+            raise
+
+    def _serve(self, root: Path, serve_kubernetes: bool) -> Dict[str, Any]:
         standing_in = {"proc_root": str(build_proc_root(root / "proc", self._processes(), self.nvml.scenario.devices))}
         prices = self.prices()
         if prices:

@@ -45,7 +45,7 @@ from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.simulator.abi import SYMBOLS, prototype
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
-from gpu_monitoring.simulator.node import SimulatedNode as SimulatedKubernetesNode
+from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 
 from ..conftest import INTERVAL, SimulatedNode, tag_dict
@@ -192,7 +192,7 @@ class Env:
 
     def kubernetes_node(self) -> Dict[str, Any]:
         """The kubelet options of a simulated dgx-h100 node whose NVML no check reads."""
-        standing_in = SimulatedKubernetesNode(simulator.SimulatedNvml(simulator.load("dgx-h100")))
+        standing_in = simulated_node("dgx-h100")
         options = standing_in.start()
         self.cleanup.append(standing_in.stop)
         return options
