@@ -9,13 +9,13 @@ from datadog_checks.base.utils.tagging import tagger
 from . import health
 from .attribution import Attribution, Settings, attribute
 from .collectors.allocations import AllocationReader
-from .config import InstanceConfig, parse
 from .config_models import ConfigMixin
 from .deps import require
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
 from .nvml.errors import NvmlError
+from .settings import CheckSettings, derive
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot
 from .sources import LocalSource, SidecarSource
@@ -43,19 +43,18 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.simulated_node: Optional[SimulatedNode] = None
         self.allocation_reader: Optional[AllocationReader] = None
         self.instance = self.instance or {}
-        # The check's own rules first: their errors name the option and what it accepts. Then the
-        # generated models (`self.config`) the Agent validates; `self.options` holds what the check
-        # derives on top (the Agent's kubelet settings, the simulator's stand-ins, folded options).
-        self.options = self._configure(self.instance)
+        # The generated models check every option (`self.config`); the check reads only what it
+        # derives from them once (`self.options`).
         self.load_configuration_models()
+        self.options = self._configure()
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
         self.settings = Settings(
-            effective_threshold=self.config.effective_threshold,
+            effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
-            default_hourly_price=self.config.default_hourly_price,
+            default_hourly_price=self.options.default_hourly_price,
         )
-        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device,
+        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.options.max_processes_per_device,
                                    self.options.metrics_profile)
         self._previous: Dict[str, Device] = {}
         self._nvlink_up = health.NvLinkMemory()
@@ -68,23 +67,23 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         # The models live beside this module's package, not under it.
         super().load_configuration_models(package_path or "gpu_monitoring.config_models")
 
-    def _configure(self, instance: dict) -> InstanceConfig:
-        """The options; with `simulate`, a simulated NVML, a proc root and, if the scenario has
-        pods, a simulated kubelet and pod-resources socket, which the options point at."""
-        config = parse(instance)
-        if not config.simulate:
-            return config
+    def _configure(self) -> CheckSettings:
+        """The settings; with `simulate`, a simulated NVML, a proc root and, if the scenario has
+        pods, a simulated kubelet and pod-resources socket, which the settings point at."""
+        options = derive(self.config)
+        if not options.simulate:
+            return options
         from .simulator import SimulatedNvml
         from .simulator.node import SimulatedNode
 
-        self.simulation = SimulatedNvml(_scenario(config.simulate))
+        self.simulation = SimulatedNvml(_scenario(options.simulate))
         self.simulated_node = SimulatedNode(self.simulation)
-        standing_in = self.simulated_node.start(serve_kubernetes=config.kubernetes != "false")
-        return parse(dict(standing_in, **instance))
+        standing_in = self.simulated_node.start(serve_kubernetes=options.kubernetes != "false")
+        return derive(self.config, standing_in)
 
     def _source(self):
-        if self.config.source == "sidecar":
-            client = SidecarClient(self.config.sidecar_socket)
+        if self.options.source == "sidecar":
+            client = SidecarClient(self.options.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
         if self.kubelet is not None:
             # Pods and their devices are kept as long as each other: one TTL, one view of the node.
@@ -138,9 +137,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # --- NVML -------------------------------------------------------------------------
 
     def _read_node(self) -> Optional[Snapshot]:
-        if self.config.source == "sidecar" and self.config.ignore_missing_sidecar:
-            if not os.path.exists(self.config.sidecar_socket):
-                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.config.sidecar_socket)
+        if self.options.source == "sidecar" and self.options.ignore_missing_sidecar:
+            if not os.path.exists(self.options.sidecar_socket):
+                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.options.sidecar_socket)
                 return None
         try:
             snapshot = self.source.read()
@@ -164,7 +163,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         return AgentCheck.WARNING, f"its events cannot be read and wait in its journal: {problem}"
 
     def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
-        if self.config.source != "sidecar":
+        if self.options.source != "sidecar":
             return
         if reason != self._sidecar_problem:
             if reason:
@@ -260,7 +259,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._previous.get(device.uuid),
             events,
             xid_ignore=self.options.xid_ignore,
-            temperature_margin=self.config.temperature_margin,
+            temperature_margin=self.options.temperature_margin,
             offered=offered,
             nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
         )
