@@ -9,13 +9,13 @@ from datadog_checks.base.utils.tagging import tagger
 from . import health
 from .attribution import Attribution, Settings, attribute
 from .collectors.allocations import AllocationReader
-from .config import InstanceConfig, parse
 from .config_models import ConfigMixin
 from .deps import require
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
 from .nvml.errors import NvmlError
+from .settings import CheckSettings, derive
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot
 from .sources import LocalSource, SidecarSource
@@ -39,12 +39,11 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
         self.instance = self.instance or {}
-        # The check's own rules first: their errors name the option and what it accepts. Then the
-        # generated models (`self.config`) the Agent validates; `self.options` holds what the check
-        # derives on top (the Agent's kubelet settings, the simulator's stand-ins, folded options).
-        self.options = self._configure(self.instance)
+        # The generated models check every option (`self.config`); the check reads only what it
+        # derives from them once (`self.options`).
         self.load_configuration_models()
-        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.config.max_processes_per_device,
+        self.options = self._configure()
+        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.options.max_processes_per_device,
                                    self.options.metrics_profile)
         # What the runs read from is opened by `start()`, on the first run: a constructor only parses.
         self.kubelet: Optional[KubeletClient] = None
@@ -62,31 +61,31 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         # The models live beside this module's package, not under it.
         super().load_configuration_models(package_path or "gpu_monitoring.config_models")
 
-    def _configure(self, instance: dict) -> InstanceConfig:
-        """The options; with `simulate`, also the simulated node, read from its scenario here with the
+    def _configure(self) -> CheckSettings:
+        """The settings; with `simulate`, also the simulated node, read from its scenario here with the
         other options (so that one that cannot be loaded is a configuration error) and started by `start()`."""
-        config = parse(instance)
-        self.simulated_node: Optional[SimulatedNode] = _simulated_node(config.simulate) if config.simulate else None
-        return config
+        options = derive(self.config)
+        self.simulated_node: Optional[SimulatedNode] = _simulated_node(options.simulate) if options.simulate else None
+        return options
 
     def start(self) -> None:
         """Open what the runs read: the first run does, or a caller that wants it sooner. A simulated
-        node starts first, and the options point at what it stands in for (the proc root and prices,
+        node starts first, and the settings point at what it stands in for (the proc root and prices,
         the kubelet and pod-resources when its scenario has pods); an instance's own values still win."""
         if self.simulated_node is not None:
             standing_in = self.simulated_node.start(serve_kubernetes=self.options.kubernetes != "false")
-            self.options = parse(dict(standing_in, **self.instance))
+            self.options = derive(self.config, standing_in)
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
         self.settings = Settings(
-            effective_threshold=self.config.effective_threshold,
+            effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
-            default_hourly_price=self.config.default_hourly_price,
+            default_hourly_price=self.options.default_hourly_price,
         )
 
     def _source(self) -> Union[LocalSource, SidecarSource]:
-        if self.config.source == "sidecar":
-            client = SidecarClient(self.config.sidecar_socket)
+        if self.options.source == "sidecar":
+            client = SidecarClient(self.options.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
         if self.kubelet is not None:
             # Pods and their devices are kept as long as each other: one TTL, one view of the node.
@@ -143,9 +142,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # --- NVML -------------------------------------------------------------------------
 
     def _read_node(self) -> Optional[Snapshot]:
-        if self.config.source == "sidecar" and self.config.ignore_missing_sidecar:
-            if not os.path.exists(self.config.sidecar_socket):
-                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.config.sidecar_socket)
+        if self.options.source == "sidecar" and self.options.ignore_missing_sidecar:
+            if not os.path.exists(self.options.sidecar_socket):
+                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.options.sidecar_socket)
                 return None
         try:
             snapshot = self.source.read()
@@ -169,7 +168,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         return AgentCheck.WARNING, f"its events cannot be read and wait in its journal: {problem}"
 
     def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
-        if self.config.source != "sidecar":
+        if self.options.source != "sidecar":
             return
         if reason != self._sidecar_problem:
             if reason:
@@ -265,7 +264,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._previous.get(device.uuid),
             events,
             xid_ignore=self.options.xid_ignore,
-            temperature_margin=self.config.temperature_margin,
+            temperature_margin=self.options.temperature_margin,
             offered=offered,
             nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
         )

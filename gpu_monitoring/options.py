@@ -1,8 +1,9 @@
-"""Reading one instance option: its type and range checked, with an error that names the option."""
+"""The kinds of value an instance option takes: each checks its type and range, with an error that
+names the option and what it accepts. config_models/validators.py says which option takes which."""
 
 import difflib
 import math
-from typing import Any, Collection, List, Mapping, Optional, Sequence
+from typing import Any, Collection, Dict, List, Optional, Sequence
 from urllib.parse import urlsplit
 
 from datadog_checks.base import ConfigurationError
@@ -11,20 +12,16 @@ from datadog_checks.base import ConfigurationError
 MAX_SOCKET_PATH_BYTES = 107
 
 
-def text(instance: Mapping[str, Any], name: str, default: Optional[str] = None) -> Optional[str]:
-    value = instance.get(name)
-    if value is None:
-        # An option left empty in YAML (`proc_root:`) is the same as one not given.
-        return default
+def text(name: str, value: Any) -> str:
     # A NUL cannot be in a path or a URL: the OS calls fail on it at every run instead.
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
     return value
 
 
-def socket_path(instance: Mapping[str, Any], name: str, default: str) -> str:
+def socket_path(name: str, value: Any) -> str:
     """A unix socket's path, short enough for AF_UNIX."""
-    value = text(instance, name, default)
+    text(name, value)
     if len(value.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
         raise ConfigurationError(
             f"`{name}` must be a unix socket path of at most {MAX_SOCKET_PATH_BYTES} bytes; got {value!r}"
@@ -32,11 +29,9 @@ def socket_path(instance: Mapping[str, Any], name: str, default: str) -> str:
     return value
 
 
-def url(instance: Mapping[str, Any], name: str, example: str) -> Optional[str]:
-    """An http(s) URL with a host and, if any, a numeric port in range; None when not given."""
-    value = text(instance, name)
-    if value is None:
-        return None
+def url(name: str, value: Any, example: str) -> str:
+    """An http(s) URL with a host and, if any, a numeric port in range."""
+    text(name, value)
     try:
         parts = urlsplit(value)
         # `.port` raises ValueError for a port that is not a number in 0-65535.
@@ -49,17 +44,14 @@ def url(instance: Mapping[str, Any], name: str, example: str) -> Optional[str]:
     return value
 
 
-def choice(instance: Mapping[str, Any], name: str, choices: Sequence[str], default: str) -> str:
+def choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """One of a few words."""
-    value = instance.get(name)
-    if value is None:
-        return default
     if value not in choices:
         raise ConfigurationError(f"`{name}` must be one of {', '.join(choices)}; got {value!r}")
     return value
 
 
-def unknown(instance: Mapping[str, Any], known: Collection[str]) -> None:
+def unknown(instance: Dict[str, Any], known: Collection[str]) -> None:
     """Refuses an option no one reads: a misspelt one would otherwise be its default without a word."""
     for name in instance:
         if name in known or _tooling(name):
@@ -74,30 +66,23 @@ def _tooling(name: Any) -> bool:
     return isinstance(name, str) and name.startswith("__")
 
 
-def boolean(instance: Mapping[str, Any], name: str, default: Optional[bool]) -> Optional[bool]:
-    """True or false; the default (which may be None: "not said") when the option is absent."""
-    value = instance.get(name)
-    if value is None:
-        return default
+def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigurationError(f"`{name}` must be true or false; got {value!r}")
     return value
 
 
 def number(
-    instance: Mapping[str, Any], name: str, default: float, minimum: float,
-    maximum: Optional[float] = None, integer: bool = False, strict: bool = False,
+    name: str, value: Any, minimum: float, maximum: Optional[float] = None, integer: bool = False,
+    strict: bool = False,
 ) -> float:
     """A number in range; `strict` excludes the minimum itself (a timeout of 0 fails every request)."""
-    value = instance.get(name)
-    if value is None:
-        value = default  # left empty in YAML: as if not given, as for every other kind of option
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not _in_range(value, minimum, maximum, strict):
         what = "an integer" if integer else "a finite number"
         bounds = (">" if strict else ">=") + f" {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
         raise ConfigurationError(f"`{name}` must be {what} {bounds}; got {value!r}")
-    return float(value)
+    return value
 
 
 def _in_range(value: float, minimum: float, maximum: Optional[float], strict: bool) -> bool:
@@ -110,32 +95,49 @@ def _in_range(value: float, minimum: float, maximum: Optional[float], strict: bo
     return finite and above and (maximum is None or value <= maximum)
 
 
-def _list(instance: Mapping[str, Any], name: str) -> list:
-    value = instance.get(name)
-    if value is None:
-        return []
+def _list(name: str, value: Any) -> list:
     if not isinstance(value, list):
         raise ConfigurationError(f"`{name}` must be a list; got {value!r}")
     return value
 
 
-def strings(instance: Mapping[str, Any], name: str) -> List[str]:
-    values = _list(instance, name)
+def strings(name: str, value: Any) -> List[str]:
+    values = _list(name, value)
     if not all(isinstance(v, str) and v.strip() for v in values):
         raise ConfigurationError(f"`{name}` must be a list of non-empty strings; got {values!r}")
     return values
 
 
-def integers(instance: Mapping[str, Any], name: str) -> List[int]:
-    values = _list(instance, name)
+def integers(name: str, value: Any) -> List[int]:
+    values = _list(name, value)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
         raise ConfigurationError(f"`{name}` must be a list of positive integers (XID codes); got {values!r}")
     return values
 
 
-def names(instance: Mapping[str, Any], name: str, allowed) -> List[str]:
-    values = strings(instance, name)
+def names(name: str, value: Any, allowed: Sequence[str]) -> List[str]:
+    values = strings(name, value)
     unknown = sorted(set(values) - set(allowed))
     if unknown:
         raise ConfigurationError(f"`{name}` has unknown collectors {unknown}; choose from {', '.join(allowed)}")
     return values
+
+
+def prices(name: str, value: Any, maximum: float) -> Dict[str, float]:
+    """Non-blank names (GPU models or globs) mapped to finite numbers from 0 to `maximum`."""
+    if not isinstance(value, dict) or not all(_price(k, v, maximum) for k, v in value.items()):
+        raise ConfigurationError(
+            f"`{name}` must map GPU model names or globs to finite prices >= 0 and <= {maximum:g} "
+            f"(e.g. 'NVIDIA H100*': 4.5); got {value!r}"
+        )
+    return value
+
+
+def _price(model: Any, price: Any, maximum: float) -> bool:
+    if not isinstance(model, str) or not model.strip() or price is None:
+        return False
+    try:
+        number("price", price, 0, maximum)
+    except ConfigurationError:
+        return False
+    return True

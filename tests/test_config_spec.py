@@ -9,11 +9,13 @@ import pytest
 import yaml
 from datadog_checks.dev.tooling.configuration import ConfigSpec
 
-from gpu_monitoring import config
-from gpu_monitoring.config_models import InstanceConfig, SharedConfig
+from gpu_monitoring.collectors import COLLECTOR_NAMES
+from gpu_monitoring.config_models import InstanceConfig, SharedConfig, validators
 from gpu_monitoring.metric_spec import DEFAULT_PROFILE, PROFILES
+from gpu_monitoring.settings import CheckSettings, derive
 from gpu_monitoring.simulator.scenario import available
 
+from .config_support import parse
 from .scripts_support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,30 +25,22 @@ HELM_VALUES = sorted((ROOT / "deploy" / "helm").glob("datadog-values*.yaml"))
 generator = load_script("generate_config")
 
 
-class Recorder(dict):
-    """An instance that notes every option name looked up in it."""
+class Recorder:
+    """A validated instance that notes every option read from it."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, config):
+        self.config = config
         self.read = set()
 
-    def get(self, key, default=None):
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key):
-        self.read.add(key)
-        return super().__contains__(key)
+    def __getattr__(self, name):
+        self.read.add(name)
+        return getattr(self.config, name)
 
 
 def options_read_by_the_check():
-    """What `config.parse` (and through it `kubelet_settings`) looks up in an instance."""
-    instance = Recorder()
-    config.parse(instance)
+    """What `derive` (and through it `kubelet_settings`) reads of a validated instance."""
+    instance = Recorder(model({}))
+    derive(instance)
     return instance.read
 
 
@@ -148,7 +142,7 @@ def test_check_mode_reports_missing_and_edited_files_and_keeps_custom_ones(tmp_p
 def test_spec_names_every_option_the_check_reads_and_no_other():
     read = options_read_by_the_check()
     # The recorder sees the options behind every parsed setting; `kubelet` is built from kubelet_*.
-    assert {f.name for f in dataclasses.fields(config.InstanceConfig)} - read == {"kubelet"}
+    assert {f.name for f in dataclasses.fields(CheckSettings)} - read == {"kubelet"}
 
     documented = set(spec_options())
     standard = standard_option_names()
@@ -158,18 +152,18 @@ def test_spec_names_every_option_the_check_reads_and_no_other():
     )
     assert set(InstanceConfig.model_fields) == documented
     # The options refused as unknown are exactly the ones the spec does not name.
-    assert config.KNOWN_OPTIONS == documented
+    assert validators.known_options() == documented
 
 
 def test_spec_choices_are_the_checks_choices():
     options = spec_options()
-    assert options["source"]["value"]["enum"] == list(config.SOURCES)
-    assert options["disabled_collectors"]["value"]["items"]["enum"] == list(config.COLLECTOR_NAMES)
+    assert options["source"]["value"]["enum"] == list(validators.SOURCES)
+    assert options["disabled_collectors"]["value"]["items"]["enum"] == list(COLLECTOR_NAMES)
     assert options["metrics_profile"]["value"]["enum"] == list(PROFILES)
     assert options["metrics_profile"]["value"]["display_default"] == DEFAULT_PROFILE
     for mode in ("auto", "true", "false", True, False):
         assert model({"kubernetes": mode}).kubernetes == mode
-        config.parse({"kubernetes": mode})
+        parse({"kubernetes": mode})
 
 
 def test_every_option_has_a_description_and_an_example():
@@ -187,13 +181,13 @@ def test_spec_defaults_are_the_checks_defaults():
         for name in options_read_by_the_check()
         if getattr(defaults, name) is not None
     }
-    assert config.parse(explicit) == config.parse({})
+    assert parse(explicit) == parse({})
 
 
 def test_every_example_in_the_spec_is_accepted():
     examples = {name: option["value"]["example"] for name, option in spec_options().items()}
     model(examples)
-    parsed = config.parse(examples)
+    parsed = parse(examples)
     assert parsed.simulate == examples["simulate"]
     assert parsed.hourly_price == examples["hourly_price"]
 
@@ -221,7 +215,7 @@ def test_example_file_is_yaml_the_check_accepts():
     init_config = example["init_config"] or {}
     SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
     (instance,) = example["instances"]
-    assert config.parse(instance).collect_processes is True
+    assert parse(instance).collect_processes is True
     assert model(instance).collect_processes is True
 
 
@@ -231,9 +225,9 @@ def test_models_accept_the_helm_values_instances(init_config, instance):
     shared = SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
     assert shared.service is None
     validated = model(instance)
-    parsed = config.parse(instance)
+    parsed = parse(instance)
     for name in instance:
-        if name in {f.name for f in dataclasses.fields(config.InstanceConfig)}:
+        if name in {f.name for f in dataclasses.fields(CheckSettings)}:
             assert plain(getattr(validated, name)) in (getattr(parsed, name), instance[name]), name
 
 

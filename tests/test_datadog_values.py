@@ -9,9 +9,10 @@ from typing import Any, Dict, Tuple
 import pytest
 import yaml
 
-from gpu_monitoring import config
+from gpu_monitoring.config_models import defaults
 from gpu_monitoring.sidecar import protocol
 
+from .config_support import parse
 from .deploy_support import (
     DATADOG_VALUES,
     DATADOG_VALUES_LOCAL,
@@ -122,7 +123,7 @@ def test_datadog_values_fragments_are_valid_pod_fields(path, version):
 def test_the_check_reads_every_option_as_written(path):
     """The check's own parser takes each option (a misspelt one would come back as its default)."""
     _, instance = check_instance(yaml.safe_load(path.read_text()))
-    parsed = config.parse(instance)
+    parsed = parse(instance)
     for name, value in instance.items():
         if name == "min_collection_interval":  # the Agent's, not the check's
             continue
@@ -133,7 +134,7 @@ def test_the_check_reads_every_option_as_written(path):
 def test_paths_are_the_products_defaults():
     assert chart_socket_path() == protocol.DEFAULT_SOCKET
     assert posixpath.join(chart_values()["sidecar"]["stateDir"], "journal") == protocol.DEFAULT_JOURNAL
-    assert POD_RESOURCES_HOST_DIR + "/kubelet.sock" == config.DEFAULT_POD_RESOURCES_SOCKET
+    assert POD_RESOURCES_HOST_DIR + "/kubelet.sock" == defaults.instance_pod_resources_socket()
 
 
 def test_both_modes_use_the_same_agent_image():

@@ -4,17 +4,8 @@ import socket
 import time
 
 import pytest
-from datadog_checks.base import ConfigurationError
 
-from gpu_monitoring.kube.kubelet import (
-    CRITICAL,
-    DEFAULT_CA_PATH,
-    DEFAULT_TOKEN_PATH,
-    WARNING,
-    KubeletClient,
-    KubeletError,
-    kubelet_settings,
-)
+from gpu_monitoring.kube.kubelet import CRITICAL, WARNING, KubeletClient, KubeletError
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
 
 TRAINER = {
@@ -211,67 +202,3 @@ def test_slow_kubelet_is_a_warning(kubelet):
     error = failure(client(kubelet, timeout=0.2))
     assert error.status == WARNING and "no complete answer within 0.2s" in str(error), str(error)
     assert time.monotonic() - started < 0.9, "the client must give up at its timeout, not wait for the answer"
-
-
-def test_settings_default_to_the_service_account(datadog_agent, monkeypatch):
-    monkeypatch.delenv("DD_KUBERNETES_KUBELET_HOST", raising=False)
-    assert kubelet_settings({}) == {
-        "url": "https://localhost:10250/pods",
-        "token_path": DEFAULT_TOKEN_PATH,
-        "ca_path": DEFAULT_CA_PATH,
-        "tls_verify": True,
-        "ttl": 30.0,
-        "timeout": 5.0,
-    }
-    monkeypatch.setenv("DD_KUBERNETES_KUBELET_HOST", "10.0.0.7")
-    assert kubelet_settings({})["url"] == "https://10.0.0.7:10250/pods"
-
-
-def test_settings_follow_the_agent_then_the_instance(datadog_agent):
-    datadog_agent._config.update(
-        {
-            "kubernetes_kubelet_host": "fd00::7",
-            "kubernetes_https_kubelet_port": 10443,
-            "kubelet_auth_token_path": "/agent/token",
-            "kubelet_client_ca": "/agent/ca.crt",
-            "kubelet_tls_verify": "false",
-        }
-    )
-    assert kubelet_settings({}) == {
-        "url": "https://[fd00::7]:10443/pods",
-        "token_path": "/agent/token",
-        "ca_path": "/agent/ca.crt",
-        "tls_verify": False,
-        "ttl": 30.0,
-        "timeout": 5.0,
-    }
-    instance = {
-        "kubelet_url": "https://node-a:10250",
-        "kubelet_token_path": "/mine/token",
-        "kubelet_ca_path": "/mine/ca.crt",
-        "kubelet_tls_verify": True,
-        "pod_cache_ttl": 5,
-        "kubelet_timeout": 2,
-    }
-    assert kubelet_settings(instance) == {
-        "url": "https://node-a:10250/pods",
-        "token_path": "/mine/token",
-        "ca_path": "/mine/ca.crt",
-        "tls_verify": True,
-        "ttl": 5.0,
-        "timeout": 2.0,
-    }
-
-
-@pytest.mark.parametrize(
-    "option, value",
-    [
-        ("kubelet_url", "node-a:10250"),
-        ("kubelet_token_path", ""),
-        ("kubelet_tls_verify", "yes"),
-        ("pod_cache_ttl", -1),
-    ],
-)
-def test_bad_settings_name_the_option(datadog_agent, option, value):
-    with pytest.raises(ConfigurationError, match=option):
-        kubelet_settings({option: value})

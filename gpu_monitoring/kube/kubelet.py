@@ -16,33 +16,21 @@ import os
 import re
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
-from urllib.parse import urlparse
+from typing import Deque, List, Optional, Tuple
 
 import requests
 import urllib3
-from datadog_checks.base import ConfigurationError, is_affirmative
 from datadog_checks.base.utils.http import RequestsWrapper
 
 from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
-from ..options import boolean, number, text
 from . import DEFAULT_TTL
 from .deadline_watch import DeadlineWatch, watch_sessions
 from .pod_list import PodInfo, parse_pod_list
-
-try:
-    import datadog_agent
-except ImportError:
-    from datadog_checks.base.stubs import datadog_agent
 
 log = logging.getLogger(__name__)
 
 WARNING = "WARNING"
 CRITICAL = "CRITICAL"
-DEFAULT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-DEFAULT_CA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-DEFAULT_HOST = "localhost"
-DEFAULT_PORT = 10250
 DEFAULT_TIMEOUT = 5.0
 # A 110-pod node's /pods is a few MiB (10 to 30 KiB a pod); ten times that is still no real node's.
 MAX_BODY_BYTES = 32 * MIB
@@ -328,45 +316,3 @@ def _http_wrapper(ca_path: Optional[str], tls_verify: bool) -> RequestsWrapper:
         http.aia_chasing_max_depth = 0
     return http
 
-
-def kubelet_settings(instance: Mapping[str, Any]) -> Dict[str, Any]:
-    """KubeletClient arguments: the instance's options, else the Agent's kubelet settings, else defaults."""
-    tls_verify = boolean(instance, "kubelet_tls_verify", None)
-    if tls_verify is None:
-        agent_value = _agent_config("kubelet_tls_verify")
-        tls_verify = True if agent_value is None else is_affirmative(agent_value)
-    return {
-        "url": _instance_url(instance) or _agent_url(),
-        "token_path": text(instance, "kubelet_token_path")
-        or _agent_config("kubelet_auth_token_path")
-        or DEFAULT_TOKEN_PATH,
-        "ca_path": text(instance, "kubelet_ca_path") or _agent_config("kubelet_client_ca") or DEFAULT_CA_PATH,
-        "tls_verify": tls_verify,
-        "ttl": number(instance, "pod_cache_ttl", DEFAULT_TTL, minimum=0),
-        "timeout": number(instance, "kubelet_timeout", DEFAULT_TIMEOUT, minimum=0),
-    }
-
-
-def _agent_config(key: str) -> Any:
-    """The Agent's setting, or None where it has none (the Agent answers '' for unset keys)."""
-    value = datadog_agent.get_config(key)
-    return None if value in (None, "") else value
-
-
-def _agent_url() -> str:
-    host = _agent_config("kubernetes_kubelet_host") or os.environ.get("DD_KUBERNETES_KUBELET_HOST") or DEFAULT_HOST
-    port = _agent_config("kubernetes_https_kubelet_port") or DEFAULT_PORT
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"https://{host}:{int(port)}/pods"
-
-
-def _instance_url(instance: Mapping[str, Any]) -> Optional[str]:
-    """`kubelet_url` as given, with `/pods` added when it names only the kubelet."""
-    url = text(instance, "kubelet_url")
-    if url is None:
-        return None
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ConfigurationError(f"`kubelet_url` must be an http(s) URL such as https://host:10250; got {url!r}")
-    return url if parsed.path not in ("", "/") else url.rstrip("/") + "/pods"

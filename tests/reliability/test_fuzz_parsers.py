@@ -15,14 +15,15 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.config import InstanceConfig, parse
 from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
 from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
+from gpu_monitoring.settings import CheckSettings
 from gpu_monitoring.snapshot import Advertised, Allocation, SlurmJob
 
+from ..config_support import parse
 from .fuzz_support import (
     CHECK_EXAMPLES,
     JSON,
@@ -99,7 +100,7 @@ def test_config_parse_returns_or_raises_configuration_error(instance):
         event("refused")
         return
     event("accepted")
-    assert isinstance(parsed, InstanceConfig)
+    assert isinstance(parsed, CheckSettings)
     for value in (parsed.temperature_margin, parsed.effective_threshold, *parsed.hourly_price.values()):
         assert math.isfinite(value)
     assert parsed.source in ("local", "sidecar") and parsed.kubernetes in ("auto", "true", "false")
