@@ -151,15 +151,13 @@ _UNION_MEMBER = {pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal", pynvml.NVML_VALUE_TYPE_U
 
 def standing_in(device: Any) -> Dict[str, Any]:
     """What each dedicated function gives for the fields it stands in for, read through the check."""
-    from gpu_monitoring.nvml.errors import CannotAnswer
+    from gpu_monitoring.nvml.readings import Readings
 
     out: Dict[str, Any] = {}
-    readers = {reading.fallback: name for name, reading in reversed(READINGS.items()) if reading.fallback}
-    for reader, first_name in readers.items():
-        try:
-            out.update({f"{name}:0": value for name, value in reader(device, 0).items()})
-        except CannotAnswer as e:
-            out[f"{first_name}:0"] = {"error": str(e)}
+    links = Readings(device).links
+    readers = dict.fromkeys(reading.fallback for reading in READINGS.values() if reading.fallback)
+    for reader in readers:
+        out.update({f"{name}:0": value for name, value in reader(device, 0, links).items()})
     return out
 
 
@@ -293,7 +291,7 @@ def compare(real: Dict[str, Any], simulated: Dict[str, Any]) -> List[str]:
             lines.append(f"field {key}: {fa['status']} {fa['type']} {fa['value']!r} | "
                          f"{fb.get('status')} {fb.get('type')} {fb.get('value')!r}")
     for key in sorted(set(a["standing_in"]) | set(b["standing_in"])):
-        ka, kb = _kind(a["standing_in"].get(key)), _kind(b["standing_in"].get(key))
+        ka, kb = _given(a["standing_in"].get(key)), _given(b["standing_in"].get(key))
         if ka != kb:
             lines.append(f"stand-in {key}: {a['standing_in'].get(key)!r} | {b['standing_in'].get(key)!r}")
     return lines
@@ -302,6 +300,13 @@ def compare(real: Dict[str, Any], simulated: Dict[str, Any]) -> List[str]:
 def _field_kind(entry: Dict[str, Any]) -> Tuple[Any, ...]:
     """A refused entry's value type means nothing: only an answer's is compared."""
     return (entry.get("status"), entry.get("type")) if entry.get("status") == "SUCCESS" else (entry.get("status"),)
+
+
+def _given(answer: Any) -> str:
+    """A stand-in's kind of answer: a reader gives nothing where it cannot answer, so an error an
+    earlier report recorded for one counts as missing."""
+    kind = _kind(answer)
+    return "missing" if kind.startswith("error ") else kind
 
 
 def _kind(answer: Any) -> str:

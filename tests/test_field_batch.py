@@ -42,32 +42,33 @@ def collector_and_device(node, scenario="dgx-h100"):
     simulated = node(scenario).run(2)
     collector = simulated.check.source.collector
     device = collector.session.devices[0]
-    return simulated, device, device.static("wanted_fields", None)
+    return simulated, device, collector._readings[device]
 
 
 def test_steady_runs_read_what_pynvml_reads(node):
     """Once every entry answered, a run reads the values back without decoding entry by entry: the
     answers, of both value types the simulated driver writes, stay what pynvml reads at that instant."""
-    simulated, device, wanted = collector_and_device(node)
-    keys = sorted(wanted)
+    simulated, device, read = collector_and_device(node)
+    keys = sorted(read.wanted)
     for _ in range(4):
         simulated.sim.advance(15)
-        for entry in device.field_batch.entries:
+        for entry in read.batch.request.entries:
             entry.value.ullVal = 0xDEADBEEFCAFEF00D  # what a driver writing a narrower member leaves
-        assert readings.read(device, wanted) == pynvml_reads(device, keys)
-    assert device.field_batch.answered is not None
-    assert device.field_batch.uints[0], "no entry was an unsigned int: the test would prove nothing"
+        assert read.read() == pynvml_reads(device, keys)
+    assert read.batch.request.answered is not None
+    assert read.batch.request.uints[0], "no entry was an unsigned int: the test would prove nothing"
 
 
 def test_an_entry_that_stops_answering_leaves_the_batch_and_the_rest_read_on(node):
-    simulated, device, wanted = collector_and_device(node)
+    simulated, device, read = collector_and_device(node)
+    wanted = read.wanted
     simulated.sim.scenario.refused_fields.add(pynvml.NVML_FI_DEV_MEMORY_TEMP)
     simulated.sim.advance(15)
-    found = readings.read(device, wanted)
+    found = read.read()
     assert ("memory_temperature", 0) not in found
     assert found == pynvml_reads(device, sorted(wanted))
     simulated.sim.advance(15)
-    assert readings.read(device, wanted) == pynvml_reads(device, sorted(wanted - {("memory_temperature", 0)}))
-    assert ("memory_temperature", 0) not in device.field_batch.keys
+    assert read.read() == pynvml_reads(device, sorted(wanted - {("memory_temperature", 0)}))
+    assert ("memory_temperature", 0) not in read.batch.request.keys
     # The replaced batch's prepared call went with it: one binding for the one array asked.
     assert [q.function for q in device._bound].count("nvmlDeviceGetFieldValues") == 1

@@ -4,8 +4,7 @@ from typing import AbstractSet, Dict, Hashable, Iterable, Optional, Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
-
-Fields = Dict[FieldKey, float]
+from ..nvml.fields import Values as Fields
 
 
 class Collector:
@@ -23,8 +22,9 @@ class Collector:
         """Whether a read that gives these metrics is worth its NVML call."""
         return not self.unused.issuperset(metrics)
 
-    def fields(self, device: Device) -> Iterable[FieldKey]:
-        """Readings (nvml.readings) this collector wants: one batched call, fallbacks where refused."""
+    def fields(self, device: Device, links: int) -> Iterable[FieldKey]:
+        """Readings (nvml.readings) this collector wants of a device with this many NVLink links:
+        one batched call, fallbacks where refused."""
         return ()
 
     def collect(self, device: Device, fields: Fields, out) -> None:

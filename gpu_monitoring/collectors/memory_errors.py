@@ -19,7 +19,7 @@ FIELDS = {
 class MemoryErrors(Collector):
     name = "memory_errors"
 
-    def fields(self, device: Device):
+    def fields(self, device: Device, links: int):
         return [(name, 0) for name in FIELDS]
 
     def collect(self, device: Device, fields: Fields, out) -> None:

@@ -37,7 +37,7 @@ class Mig(Collector):
             profile=_profile(child.name),
         )
         for collector in self.instance_collectors:
-            collector.collect(child, {}, instance)
+            collector.collect(child, Fields(), instance)
         return instance
 
 

@@ -12,8 +12,7 @@ from .. import snapshot
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
 from ..nvml.events import EventWatcher, RawEvent
-from ..nvml.fields import FieldKey
-from ..nvml.readings import read
+from ..nvml.readings import Readings
 from ..nvml.session import NvmlSession
 from . import COLLECTOR_NAMES
 from .activity import Gpm, Utilization
@@ -74,6 +73,7 @@ class NodeCollector:
         self._in_snapshot = 0
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
+        self._readings: Dict[Device, Readings] = {}  # each device's, for as long as the session lasts
         self._build_collectors()
         for collector in self.collectors:
             collector.unused = unused
@@ -148,6 +148,7 @@ class NodeCollector:
             collector.forget()
         if self.events is not None:
             self.events.close()
+        self._readings = {}
         self.session.stop()
 
     def _problems(self) -> List[str]:
@@ -187,7 +188,7 @@ class NodeCollector:
             if device.handle is None:
                 raise GpuLost("NVML gave no handle for this GPU")
             _identify(device, out)
-            fields = read(device, device.static("wanted_fields", lambda: self._wanted_fields(device)))
+            fields = self._readings_of(device).read()
             for collector in self.collectors:
                 collector.collect(device, fields, out)
         except GpuLost as e:
@@ -197,9 +198,15 @@ class NodeCollector:
         out.unsupported = device.refused_functions()
         return out
 
-    def _wanted_fields(self, device: Device) -> FrozenSet[FieldKey]:
-        """What the collectors want of the device's batch: the same for as long as the session lasts."""
-        return frozenset(key for collector in self.collectors for key in collector.fields(device))
+    def _readings_of(self, device: Device) -> Readings:
+        """The device's readings, wanting what the collectors want: the same for as long as the session lasts."""
+        readings = self._readings.get(device)
+        if readings is None:
+            readings = Readings(device)
+            readings.wanted = frozenset(key for collector in self.collectors
+                                        for key in collector.fields(device, readings.links))
+            self._readings[device] = readings
+        return readings
 
     def _remember(self, out: snapshot.Device) -> None:
         """A lost GPU keeps the identity and MIG mode it was last seen with, across NVML restarts

@@ -24,14 +24,13 @@ class NvLink(Collector):
     def __init__(self) -> None:
         self._rates = CounterRates()
 
-    def fields(self, device: Device):
-        links = device.nvlink_count
+    def fields(self, device: Device, links: int):
         if not links:
             return []
         return [key for per_link in _keys(links) for key in per_link] + [(name, 0) for name in ERRORS]
 
     def collect(self, device: Device, fields: Fields, out) -> None:
-        links = device.nvlink_count
+        links = fields.links
         if not links:
             return
         state_keys, tx_keys, rx_keys = _keys(links)
@@ -44,10 +43,10 @@ class NvLink(Collector):
         copy_fields(out.metrics, fields, ERRORS)
         tx, rx = _every_link(fields, tx_keys), _every_link(fields, rx_keys)
         if tx and rx:
-            self._throughput(device, sum(tx), sum(rx), out.metrics)
+            self._throughput(device, fields.timestamp_us, sum(tx), sum(rx), out.metrics)
 
-    def _throughput(self, device: Device, tx_kib: float, rx_kib: float, metrics) -> None:
-        rates = self._rates.update(device.index, device.fields_timestamp_us, (tx_kib * 1024.0, rx_kib * 1024.0))
+    def _throughput(self, device: Device, timestamp_us: int, tx_kib: float, rx_kib: float, metrics) -> None:
+        rates = self._rates.update(device.index, timestamp_us, (tx_kib * 1024.0, rx_kib * 1024.0))
         if rates is not None:
             metrics["nvlink.throughput.tx"], metrics["nvlink.throughput.rx"] = rates
 

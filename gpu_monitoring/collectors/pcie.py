@@ -1,6 +1,6 @@
 """PCIe throughput, replays and link training."""
 
-from ..nvml import fallbacks, gpm
+from ..nvml import fallbacks
 from ..nvml.device import Device
 from .base import Collector, CounterRates, Fields, copy_fields, put
 
@@ -26,7 +26,7 @@ class Pcie(Collector):
         self._rates = CounterRates()
         self._gpm_collects = gpm_collects
 
-    def fields(self, device: Device):
+    def fields(self, device: Device, links: int):
         if self._from_gpm(device):
             return [("pcie_replay", 0)]
         return [("pcie_replay", 0), *BYTE_COUNTERS]
@@ -43,22 +43,21 @@ class Pcie(Collector):
         copy_fields(m, fields, {"pcie_replay": "pcie.replay_errors"})
 
     def _from_gpm(self, device: Device) -> bool:
-        return self._gpm_collects and gpm.supported(device)
+        return self._gpm_collects and device.gpm_supported
 
     def _throughput(self, device: Device, fields: Fields, m) -> None:
         if THROUGHPUT[0] in m:
             return
         if all(key in fields for key in BYTE_COUNTERS):
             counters = tuple(fields[key] for key in BYTE_COUNTERS)
-            rates = self._rates.update(device.index, device.fields_timestamp_us, counters)
+            rates = self._rates.update(device.index, fields.timestamp_us, counters)
             if rates is not None:
                 m[THROUGHPUT[0]], m[THROUGHPUT[1]] = rates
             return
         if all(key in fields for key in SAMPLED_KIB_PER_S):
             sampled = [fields[key] for key in SAMPLED_KIB_PER_S]
         elif self._from_gpm(device):
-            answer = fallbacks.pcie_throughput(device, 0)
-            sampled = [answer[name] for name, _ in SAMPLED_KIB_PER_S] if answer else []
+            sampled = fallbacks.sampled_pcie_throughput(device)
         else:
             return
         if sampled:

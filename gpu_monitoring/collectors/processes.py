@@ -46,7 +46,7 @@ class Processes(Collector):
         if any(map(_may_be_mps_server, found)):
             found = _with_mps_clients(found, self._mps_clients(device))
         out.metrics["processes.count"] = len({process.pid for process in found})
-        usage = self._utilization(device, key, busy=bool(found))
+        usage = self._utilization(device, key, fields.timestamp_us, busy=bool(found))
         if usage is not None:
             for process in found:
                 # A process with no sample since the last run ran no kernel: 0, not unknown. But
@@ -82,7 +82,7 @@ class Processes(Collector):
             self._collected = set()
         self._collected.add(key)
 
-    def _utilization(self, device: Device, key: SampleKey, busy: bool) -> Optional[Dict[int, Usage]]:
+    def _utilization(self, device: Device, key: SampleKey, timestamp_us: int, busy: bool) -> Optional[Dict[int, Usage]]:
         """Usage by pid since the last run; None where the device has no per-process sampling.
 
         A device that lists no process is not asked: it has no process to tell about. Its samples
@@ -91,7 +91,7 @@ class Processes(Collector):
         are measured from this run on, as on a device asked every run.
         """
         if not busy:
-            self._since[key] = max(self._since.get(key, 0), device.fields_timestamp_us)
+            self._since[key] = max(self._since.get(key, 0), timestamp_us)
             return None
         answer = device.process_utilization(self._since.get(key, 0))
         if answer is None:

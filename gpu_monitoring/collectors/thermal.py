@@ -10,7 +10,7 @@ THOUSANDTHS = {"energy_mj": "energy.consumed", "power_mw": "power.usage", "power
 class Thermal(Collector):
     name = "thermal"
 
-    def fields(self, device: Device):
+    def fields(self, device: Device, links: int):
         return [("memory_temperature", 0), ("energy_mj", 0), ("power_mw", 0), ("power_limit_mw", 0)]
 
     def collect(self, device: Device, fields: Fields, out) -> None:

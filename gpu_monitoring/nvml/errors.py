@@ -10,10 +10,6 @@ class CannotAnswer(NvmlError):
     transient failure). Collectors skip the value and carry on."""
 
 
-class NoNewSamples(CannotAnswer):
-    """NOT_FOUND from a sampling query: nothing new since the timestamp asked about."""
-
-
 class GpuLost(NvmlError):
     """The GPU answered GPU_IS_LOST or UNKNOWN: it fell off the bus or its driver state is gone."""
 

@@ -1,6 +1,5 @@
 """One NVML event set, kept for the session: XID and ECC events drained without blocking."""
 
-import ctypes
 import logging
 import time
 from dataclasses import dataclass
@@ -8,9 +7,10 @@ from typing import Any, Dict, List, Optional
 
 import pynvml
 
+from . import library
 from .device import Device, handle_address
-from .errors import CannotAnswer, GpuLost, NvmlUninitialized
-from .queries import plain
+from .errors import CannotAnswer, GpuLost, NvmlError, NvmlUninitialized
+from .queries import plain, register_events
 
 log = logging.getLogger(__name__)
 
@@ -76,25 +76,17 @@ class EventWatcher:
         self.problem = None
         if self._set is None:
             try:
-                self._set = pynvml.nvmlEventSetCreate()
-            except pynvml.NVMLError_Uninitialized as e:
-                raise NvmlUninitialized(f"nvmlEventSetCreate: {e}") from e
-            except pynvml.NVMLError as e:
-                log.debug("nvmlEventSetCreate: %s", e)
-                self.problem = f"nvmlEventSetCreate: {e}"
+                self._set = library.call("nvmlEventSetCreate")
+            except (CannotAnswer, GpuLost) as e:
+                log.debug("%s", e)
+                self.problem = str(e)
                 return
         for device in devices:
             address = device.address
             if address is None or address in self._registered:
                 continue
             try:
-                supported = device.static("event_types", lambda d=device: d.call("nvmlDeviceGetSupportedEventTypes"))
-                mask = (supported or 0) & WANTED
-                if mask:
-                    # Read while the GPU answers: a GPU that falls off the bus answers nothing after.
-                    registered = Registered(device.index, device.uuid, device.pci_bus_id)
-                    device.call("nvmlDeviceRegisterEvents", mask, self._set)
-                    self._registered[address] = registered
+                self._register(device)
             except (CannotAnswer, GpuLost) as e:
                 log.debug("%r: event registration deferred: %s", device, e)
                 self.problem = f"GPU {device.index}: {e}"
@@ -104,6 +96,17 @@ class EventWatcher:
         elif self.unsupported:
             self.problem = "no GPU supports XID or ECC events"
 
+    def _register(self, device: Device) -> None:
+        mask = device.event_types & WANTED
+        if not mask:
+            return
+        # Read while the GPU answers: a GPU that falls off the bus answers nothing after.
+        registered = Registered(device.index, device.uuid, device.pci_bus_id)
+        call = register_events(mask)
+        if device.ask(call, self._set) is None:
+            raise CannotAnswer(device.why_not(call))
+        self._registered[device.address] = registered
+
     def drain(self, timeout_ms: int = 0) -> List[RawEvent]:
         """Events waiting in the set, waiting up to timeout_ms for the first. A set NVML no longer
         knows (freed by a restart elsewhere) raises CannotAnswer: close and register again."""
@@ -111,30 +114,19 @@ class EventWatcher:
         if self._set is None:
             return events
         while len(events) < MAX_EVENTS_PER_DRAIN:
+            data = _EventData()
             try:
-                data = self._wait(timeout_ms)
-            except pynvml.NVMLError_Uninitialized as e:
-                raise NvmlUninitialized(f"nvmlEventSetWait_v2: {e}") from e
-            except pynvml.NVMLError as e:
+                if not library.wait_for_event(self._set, data, timeout_ms):
+                    break
+            except NvmlUninitialized:
+                raise
+            except NvmlError as e:
                 if events:
                     break  # hand out what came; the next drain meets the error again
-                raise CannotAnswer(f"nvmlEventSetWait_v2: {e}") from e
-            if data is None:
-                break
+                raise CannotAnswer(str(e)) from e
             events.append(self._decode(data))
             timeout_ms = 0
         return events
-
-    def _wait(self, timeout_ms: int) -> Optional[Any]:
-        """The next event, or None when none came in time: every run ends a drain so, and pynvml's
-        binding would raise and unwind an exception for it. Other failures raise as pynvml's do."""
-        data = _EventData()
-        wait = pynvml._nvmlGetFunctionPointer("nvmlEventSetWait_v2")
-        status = wait(self._set, ctypes.byref(data), ctypes.c_uint(timeout_ms))
-        if status == pynvml.NVML_ERROR_TIMEOUT:
-            return None
-        pynvml._nvmlCheckReturn(status)
-        return data
 
     def _decode(self, data: Any) -> RawEvent:
         gi, ci = data.gpuInstanceId, data.computeInstanceId
@@ -150,8 +142,8 @@ class EventWatcher:
     def close(self) -> None:
         if self._set is not None:
             try:
-                pynvml.nvmlEventSetFree(self._set)
-            except pynvml.NVMLError as e:
+                library.call("nvmlEventSetFree", self._set)
+            except NvmlError as e:
                 log.debug("nvmlEventSetFree: %s", e)
         self._set = None
         self._registered = {}

@@ -1,29 +1,28 @@
 """The dedicated NVML functions that give what field values give, for drivers that refuse the fields.
 
-A reader takes a device and a scope (0, or the link number of a per-link value) and returns
-what it read by value name, nothing where the device cannot answer; one call may serve several
-names (nvmlDeviceGetRemappedRows gives four). Readers go through Device.read or Device.call, so
-a function NVML refuses for good is not called again, and GpuLost goes up as from any other call.
+A reader takes a device, a scope (0, or the link number of a per-link value) and the device's
+NVLink link count, and returns what it read by value name, nothing where the device cannot
+answer; one call may serve several names (nvmlDeviceGetRemappedRows gives four). Readers ask
+through Device.ask, so a function NVML refuses for good is not called again, and GpuLost goes
+up as from any other call.
 """
 
 import ctypes
 import functools
-from typing import TYPE_CHECKING, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import pynvml
 
-from . import listing
-from .queries import Query, scalar
+from .device import Device
+from .library import Call, Filling, Query
+from .queries import scalar
 
-if TYPE_CHECKING:
-    from .device import Device
-
-Reader = Callable[["Device", int], Dict[str, float]]
+Reader = Callable[[Device, int, int], Dict[str, float]]
 
 
-def _single(name: str, query: Query) -> Reader:
-    def reader(device: "Device", scope: int) -> Dict[str, float]:
-        value = device.read(query)
+def _single(name: str, call: Call) -> Reader:
+    def reader(device: Device, scope: int, links: int) -> Dict[str, float]:
+        value = device.ask(call)
         return {} if value is None else {name: value}
 
     return reader
@@ -39,18 +38,23 @@ ecc_corrected = _single("ecc_corrected", scalar(
 ecc_uncorrected = _single("ecc_uncorrected", scalar(
     "nvmlDeviceGetTotalEccErrors", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC,
     output=ctypes.c_ulonglong))
-# The pages' count (one call, see BINDINGS), which is what the fields give, not their addresses.
-def _retired(name: str, cause: int) -> Reader:
-    def reader(device: "Device", scope: int) -> Dict[str, float]:
-        if device.refuses("nvmlDeviceGetRetiredPages", cause):  # GPUs that remap rows instead: every run
-            return {}
-        return {name: device.call("nvmlDeviceGetRetiredPages", cause)}
-
-    return reader
 
 
-retired_single_bit = _retired("retired_single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-retired_double_bit = _retired("retired_double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+def _retired_pages(cause: int) -> Filling:
+    """How many pages are retired for `cause`, which is what the fields give: one call with room for
+    their addresses (pynvml's binding would ask twice, the second time for the addresses)."""
+    as_c = ctypes.c_uint(cause)
+
+    def arrange(count: Any, addresses: Any) -> tuple:
+        return as_c, count, addresses
+
+    return Filling("nvmlDeviceGetRetiredPages", ctypes.c_ulonglong, arrange, len, key_args=(cause,))
+
+
+retired_single_bit = _single(
+    "retired_single_bit", _retired_pages(pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS))
+retired_double_bit = _single(
+    "retired_double_bit", _retired_pages(pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
 retired_pending = _single("retired_pending", scalar("nvmlDeviceGetRetiredPagesPendingStatus"))
 
 _REMAPPED_ROWS = Query("nvmlDeviceGetRemappedRows", [ctypes.c_uint] * 4, lambda *rows: [row.value for row in rows])
@@ -58,8 +62,8 @@ _PCIE_TX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES)
 _PCIE_RX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
 
 
-def remapped_rows(device: "Device", scope: int) -> Dict[str, float]:
-    rows = device.read(_REMAPPED_ROWS)
+def remapped_rows(device: Device, scope: int, links: int) -> Dict[str, float]:
+    rows = device.ask(_REMAPPED_ROWS)
     if rows is None:
         return {}
     correctable, uncorrectable, pending, failed = rows
@@ -67,12 +71,18 @@ def remapped_rows(device: "Device", scope: int) -> Dict[str, float]:
             "remapped_pending": pending, "remapped_failed": failed}
 
 
-def pcie_throughput(device: "Device", scope: int) -> Dict[str, float]:
-    """KiB/s sampled over 20 ms per direction: a rate, not the byte counters the fields give, so
-    under names of its own for the collector to tell apart. RX is not asked where TX is refused."""
-    tx = device.read(_PCIE_TX)
-    rx = None if tx is None else device.read(_PCIE_RX)
-    return {} if rx is None else {"pcie_tx_kib_per_s": tx, "pcie_rx_kib_per_s": rx}
+def sampled_pcie_throughput(device: Device) -> List[int]:
+    """KiB/s (TX, RX) sampled over 20 ms per direction, empty where the device cannot tell. RX is
+    not asked where TX is refused."""
+    tx = device.ask(_PCIE_TX)
+    rx = None if tx is None else device.ask(_PCIE_RX)
+    return [] if rx is None else [tx, rx]
+
+
+def pcie_throughput(device: Device, scope: int, links: int) -> Dict[str, float]:
+    """The sampled rate: not the byte counters the fields give, so under names of its own for the
+    collector to tell apart."""
+    return dict(zip(("pcie_tx_kib_per_s", "pcie_rx_kib_per_s"), sampled_pcie_throughput(device)))
 
 
 # One query per link (and counter), made when first asked: up to NVML_NVLINK_MAX_LINKS of each.
@@ -86,30 +96,31 @@ def _link_errors(link: int, counter: int) -> Query:
     return scalar("nvmlDeviceGetNvLinkErrorCounter", link, counter, output=ctypes.c_ulonglong)
 
 
-def nvlink_state(device: "Device", link: int) -> Dict[str, float]:
-    state = device.read(_link_state(link))
+def nvlink_state(device: Device, link: int, links: int) -> Dict[str, float]:
+    state = device.ask(_link_state(link))
     return {} if state is None else {"nvlink_state": state}
 
 
-def nvlink_link_count(device: "Device", scope: int) -> Dict[str, float]:
+def nvlink_link_count(device: Device, scope: int, links: int) -> Dict[str, float]:
     """Links are numbered from 0: the count is how many answer nvmlDeviceGetNvLinkState before the
-    first that does not (one call on a GPU without NVLink). Read once per session (Device.nvlink_count)."""
-    links = 0
-    while links < pynvml.NVML_NVLINK_MAX_LINKS and device.read(_link_state(links)) is not None:
-        links += 1
-    return {"nvlink_link_count": links}
+    first that does not (one call on a GPU without NVLink). Read once a session (Readings.links)."""
+    found = 0
+    while found < pynvml.NVML_NVLINK_MAX_LINKS and device.ask(_link_state(found)) is not None:
+        found += 1
+    return {"nvlink_link_count": found}
 
 
 def _nvlink_errors(name: str, counter: int) -> Reader:
     """The device's total of one error counter, as its `*_TOTAL` field gives it: the sum over its links."""
 
-    def reader(device: "Device", scope: int) -> Dict[str, float]:
+    def reader(device: Device, scope: int, links: int) -> Dict[str, float]:
         answered = []
-        for link in range(device.nvlink_count):
-            count = device.read(_link_errors(link, counter))
+        for link in range(links):
+            query = _link_errors(link, counter)
+            count = device.ask(query)
             if count is not None:
                 answered.append(count)
-            elif not device.refuses("nvmlDeviceGetNvLinkErrorCounter", link, counter):
+            elif not device.refuses(query):
                 # A link that never counts is left out; one that failed this time fails the total,
                 # which would otherwise drop and come back, and read as a counter reset.
                 return {}
@@ -122,11 +133,6 @@ nvlink_crc_flit = _nvlink_errors("nvlink_crc_flit", pynvml.NVML_NVLINK_ERROR_DL_
 nvlink_crc_data = _nvlink_errors("nvlink_crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
 nvlink_replay = _nvlink_errors("nvlink_replay", pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
 nvlink_recovery = _nvlink_errors("nvlink_recovery", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY)
-
-# pynvml's binding would ask twice and fetch every address; the fields give only the count.
-BINDINGS: Dict[str, Callable[..., int]] = {
-    "nvmlDeviceGetRetiredPages": lambda handle, cause: listing.count(handle, "nvmlDeviceGetRetiredPages", cause),
-}
 
 # Every function the readers above call: what a run spends on values whose fields the driver refused.
 FUNCTIONS = frozenset({

@@ -1,7 +1,7 @@
 """The batched nvmlDeviceGetFieldValues call: every wanted field of a device in one call.
 
-A field the driver refuses (per-entry NOT_SUPPORTED, INVALID_ARGUMENT, ...) is remembered on
-the device and never asked again until NVML restarts; `readings` then reads it another way. So
+A field the driver refuses (per-entry NOT_SUPPORTED, INVALID_ARGUMENT, ...) is remembered by the
+device's `FieldBatch` and never asked again until NVML restarts; `readings` then reads it another way. So
 is a counter that must be 64 bits wide and comes back in 32: it wraps too often to measure an
 interval by.
 
@@ -15,16 +15,15 @@ import ctypes
 import logging
 import struct
 import sys
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Optional, Set, Tuple
 
 import pynvml
 
 from . import listing
+from .device import Device
 from .errors import GpuLost
-from .queries import Query, answered, plain
-
-if TYPE_CHECKING:
-    from .device import Device
+from .library import Query
+from .queries import answered, plain
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +71,24 @@ FieldValue = plain(pynvml.c_nvmlFieldValue_t)
 assert ctypes.sizeof(FieldValue) == _ENTRY.size, "nvmlFieldValue_t is not laid out as expected"
 
 
-class Batch:
-    """One device's request: the keys asked, in order, and the array NVML fills. It is built for
-    a set of wanted keys and the refusals known then, and serves every run until either changes."""
+class Values(Dict[FieldKey, float]):
+    """A device's values of one run by key, when NVML took the newest of them (µs, NVML's own clock,
+    which counter rates are measured by), and how many NVLink links the device has. A MIG device
+    reads no fields: its values are empty and taken at 0."""
 
-    def __init__(self, wanted: FrozenSet[FieldKey], device: "Device", field_id: Callable[[FieldKey], int],
+    timestamp_us = 0
+    links = 0
+
+
+class Request:
+    """The keys asked, in order, and the array NVML fills. It is built for a set of wanted keys and
+    the refusals known then, and serves every run until either changes."""
+
+    def __init__(self, wanted: FrozenSet[FieldKey], refused: Set[FieldKey], field_id: Callable[[FieldKey], int],
                  wide: Callable[[FieldKey], bool]) -> None:
         self.wanted = wanted
-        self.refusals = len(device.refused_fields)
-        self.keys = tuple(sorted(wanted - device.refused_fields))
+        self.refusals = len(refused)
+        self.keys = tuple(sorted(wanted - refused))
         self.wide = frozenset(filter(wide, self.keys))  # counters a 32-bit answer is no use for
         self.entries = listing.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
@@ -96,81 +104,89 @@ class Batch:
         self.answered: Optional[list] = None
         self.uints: Tuple[Tuple[FieldKey, ...], Tuple[int, ...]] = ((), ())
         self.decoders: Tuple[Tuple[int, Callable[[int], float]], ...] = ()
-        # What nvml.readings calls for the wanted keys this batch leaves out, and whether the call
+        # What nvml.readings calls for the wanted keys this request leaves out, and whether the call
         # itself was refused when it worked that out.
         self.fallbacks: Optional[Tuple[bool, tuple]] = None
 
-    def serves(self, wanted: FrozenSet[FieldKey], device: "Device") -> bool:
-        return wanted is self.wanted and self.refusals == len(device.refused_fields)
 
+class FieldBatch:
+    """One device's nvmlDeviceGetFieldValues over an NVML session: the request handed to NVML each
+    run, the keys the driver refused, and when NVML took the newest values."""
 
-def request(
-    device: "Device", wanted: FrozenSet[FieldKey], field_id: Callable[[FieldKey], int],
-    wide: Callable[[FieldKey], bool],
-) -> Dict[FieldKey, float]:
-    """One call for every wanted key not refused before; keys it refuses drop out for good, and
-    so do the `wide` ones (64-bit counters) it answers in 32 bits."""
-    batch = device.field_batch
-    if batch is None or not batch.serves(wanted, device):
-        if batch is not None:
-            device.unbind(batch.query)
-        batch = device.field_batch = Batch(wanted, device, field_id, wide)
-    if not batch.keys:
-        return {}
-    if device.read(batch.query) is None:
-        return {}
-    if batch.words[3::_WORDS].tolist() != batch.answered:
-        return _decode_each(device, batch)
-    raw = batch.words[4::_WORDS].tolist()
-    values = dict(zip(batch.keys, raw))
-    uint_keys, positions = batch.uints
-    if uint_keys:
-        values.update(zip(uint_keys, map(batch.uint_values.tolist().__getitem__, positions)))
-    for index, decode in batch.decoders:
-        values[batch.keys[index]] = decode(raw[index])
-    device.fields_timestamp_us = max(device.fields_timestamp_us, max(batch.timestamps))
-    return values
+    def __init__(self, device: Device, field_id: Callable[[FieldKey], int], wide: Callable[[FieldKey], bool]) -> None:
+        self.device = device
+        self.refused: Set[FieldKey] = set()
+        self.timestamp_us = 0
+        self.request: Optional[Request] = None
+        self._field_id = field_id
+        self._wide = wide
 
+    def read(self, wanted: FrozenSet[FieldKey]) -> Values:
+        """One call for every wanted key not refused before; keys it refuses drop out for good, and
+        so do the `wide` ones (64-bit counters) it answers in 32 bits."""
+        request = self._request(wanted)
+        if not request.keys or self.device.ask(request.query) is None:
+            return Values()
+        if request.words[3::_WORDS].tolist() != request.answered:
+            return self._decode_each(request)
+        raw = request.words[4::_WORDS].tolist()
+        values = Values(zip(request.keys, raw))
+        uint_keys, positions = request.uints
+        if uint_keys:
+            values.update(zip(uint_keys, map(request.uint_values.tolist().__getitem__, positions)))
+        for index, decode in request.decoders:
+            values[request.keys[index]] = decode(raw[index])
+        self.timestamp_us = max(self.timestamp_us, max(request.timestamps))
+        return values
 
-def _decode_each(device: "Device", batch: Batch) -> Dict[FieldKey, float]:
-    """Entry by entry: statuses, refusals and value types as they come; remembers the layout when all answered."""
-    values = {}
-    decoders = []
-    newest = device.fields_timestamp_us
-    entries = _ENTRY.iter_unpack(batch.entries)
-    for index, (key, (_, _, timestamp, _, value_type, status, raw)) in enumerate(zip(batch.keys, entries)):
-        if status != _SUCCESS:
-            _failed(device, key, status)
-            continue
-        if value_type in _NARROW and key in batch.wide:
-            device.refused_fields.add(key)
-            log.info("%r: field %s (scope %d) is a 32-bit counter, which wraps within an interval under load; "
-                     "read another way from now on", device, *key)
-            continue
-        # Most fields are 64-bit counters, which need no decoding.
-        if value_type != _UNSIGNED_LONG_LONG:
-            decode = _DECODE.get(value_type, int)
-            decoders.append((index, decode))
-            raw = decode(raw)
-        values[key] = raw
-        newest = max(newest, timestamp)
-    device.fields_timestamp_us = newest
-    if len(values) == len(batch.keys):
-        uints = [(batch.keys[index], index) for index, decode in decoders if decode is _uint]
-        batch.uints = tuple(key for key, _ in uints), tuple(index for _, index in uints)
-        batch.decoders = tuple((index, decode) for index, decode in decoders if decode is not _uint)
-        batch.answered = batch.words[3::_WORDS].tolist()
-    return values
+    def refuses(self, key: FieldKey) -> bool:
+        """Whether the batch will never answer `key`: the field, or the whole call, is refused."""
+        return key in self.refused or self.call_refused()
 
+    def call_refused(self) -> bool:
+        return self.request is not None and self.device.refuses(self.request.query)
 
-def _failed(device: "Device", key: FieldKey, status: int) -> None:
-    if status == pynvml.NVML_ERROR_GPU_IS_LOST:
-        raise GpuLost(f"field {key[0]}: GPU is lost")
-    if status in _FIELD_REFUSED:
-        device.refused_fields.add(key)
-        log.debug("%r: field %s (scope %d) not available; not asked again", device, *key)
+    def _request(self, wanted: FrozenSet[FieldKey]) -> Request:
+        request = self.request
+        if request is None or request.wanted is not wanted or request.refusals != len(self.refused):
+            if request is not None:
+                self.device.forget(request.query)
+            request = self.request = Request(wanted, self.refused, self._field_id, self._wide)
+        return request
 
+    def _decode_each(self, request: Request) -> Values:
+        """Entry by entry: statuses, refusals and value types as they come; remembers the layout when all answered."""
+        values = Values()
+        decoders = []
+        newest = self.timestamp_us
+        entries = _ENTRY.iter_unpack(request.entries)
+        for index, (key, (_, _, timestamp, _, value_type, status, raw)) in enumerate(zip(request.keys, entries)):
+            if status != _SUCCESS:
+                self._failed(key, status)
+                continue
+            if value_type in _NARROW and key in request.wide:
+                self.refused.add(key)
+                log.info("%r: field %s (scope %d) is a 32-bit counter, which wraps within an interval under load; "
+                         "read another way from now on", self.device, *key)
+                continue
+            # Most fields are 64-bit counters, which need no decoding.
+            if value_type != _UNSIGNED_LONG_LONG:
+                decode = _DECODE.get(value_type, int)
+                decoders.append((index, decode))
+                raw = decode(raw)
+            values[key] = raw
+            newest = max(newest, timestamp)
+        self.timestamp_us = newest
+        if len(values) == len(request.keys):
+            uints = [(request.keys[index], index) for index, decode in decoders if decode is _uint]
+            request.uints = tuple(key for key, _ in uints), tuple(index for _, index in uints)
+            request.decoders = tuple((index, decode) for index, decode in decoders if decode is not _uint)
+            request.answered = request.words[3::_WORDS].tolist()
+        return values
 
-def refused(device: "Device", key: FieldKey) -> bool:
-    """Whether the batch will never answer `key` on this device: the field, or the whole call, is refused."""
-    return key in device.refused_fields or device.refuses("nvmlDeviceGetFieldValues")
+    def _failed(self, key: FieldKey, status: int) -> None:
+        if status == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise GpuLost(f"field {key[0]}: GPU is lost")
+        if status in _FIELD_REFUSED:
+            self.refused.add(key)
+            log.debug("%r: field %s (scope %d) not available; not asked again", self.device, *key)

@@ -6,9 +6,11 @@ from typing import Any, Dict, Optional
 
 import pynvml
 
+from . import library
 from .device import Device
-from .errors import CannotAnswer
-from .queries import Query, answered, plain
+from .errors import CannotAnswer, NvmlError
+from .library import Query
+from .queries import answered, plain
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ class GpmSampler:
         self._have_previous = False
 
     def supported(self) -> bool:
-        return supported(self.device)
+        return self.device.gpm_supported
 
     def read(self) -> Dict[str, float]:
         if not self.supported():
@@ -68,7 +70,7 @@ class GpmSampler:
             self._samples = [_alloc(), _alloc()]
             self._queries = [_query(self.metrics, *self._samples), _query(self.metrics, *reversed(self._samples))]
             self._takes = [self._take(sample) for sample in self._samples]
-        if self.device.read(self._takes[1]) is None:
+        if self.device.ask(self._takes[1]) is None:
             return {}  # no sample this run: the next one measures from the last sample taken
         query = self._queries[0]
         for alternating in (self._samples, self._queries, self._takes):
@@ -86,18 +88,12 @@ class GpmSampler:
     def close(self) -> None:
         for sample in self._samples or ():
             try:
-                pynvml.nvmlGpmSampleFree(sample)
-            except pynvml.NVMLError as e:
+                library.call("nvmlGpmSampleFree", sample)
+            except NvmlError as e:
                 log.debug("nvmlGpmSampleFree: %s", e)
         self._samples = None
         self._queries, self._takes = [], []
         self._have_previous = False
-
-
-def supported(device: Device) -> bool:
-    """Whether the GPU (a MIG device's parent) has GPM: learnt once per NVML session."""
-    physical = device.parent or device
-    return bool(physical.static("gpm", lambda: physical.call("nvmlGpmQueryDeviceSupport").isSupportedDevice))
 
 
 def _query(metrics: Dict[str, int], first: Any, second: Any) -> Any:
@@ -113,9 +109,9 @@ def _query(metrics: Dict[str, int], first: Any, second: Any) -> Any:
 
 def _metrics(metrics: Dict[str, int], query: Any) -> Dict[str, float]:
     try:
-        pynvml.nvmlGpmMetricsGet(query)
-    except pynvml.NVMLError as e:
-        raise CannotAnswer(f"nvmlGpmMetricsGet: {e}") from e
+        library.call("nvmlGpmMetricsGet", query)
+    except NvmlError as e:  # a lost GPU too: the device's own reads tell it
+        raise CannotAnswer(str(e)) from e
     return {
         name: metric.value * SCALE.get(name, 1)
         for name, metric in zip(metrics, query.metrics)
@@ -125,6 +121,6 @@ def _metrics(metrics: Dict[str, int], query: Any) -> Dict[str, float]:
 
 def _alloc() -> Any:
     try:
-        return pynvml.nvmlGpmSampleAlloc()
-    except pynvml.NVMLError as e:
-        raise CannotAnswer(f"nvmlGpmSampleAlloc: {e}") from e
+        return library.call("nvmlGpmSampleAlloc")
+    except NvmlError as e:
+        raise CannotAnswer(str(e)) from e

@@ -1,4 +1,5 @@
-"""NVML queries that fill a caller's array (processes, process samples, retired pages), in one call.
+"""The room NVML calls that fill a caller's array (processes, process samples, retired pages) are
+given, so that each is asked once (nvml.library's `Filling` makes the calls).
 
 pynvml asks each of these twice every time: once for the count, once to fill an array of that
 size. Here the array is sized from the counts calls reported plus headroom, so a steady state
@@ -12,15 +13,9 @@ each call, and entries past the count it reports are never read.
 
 import ctypes
 import functools
-from typing import Any, Callable, List, Optional, Tuple
-
-import pynvml
+from typing import Optional
 
 FIRST_ROOM = 16  # entries before any count is known: more than a GPU usually lists
-ATTEMPTS = 4  # entries can appear between two calls; past this many tries the query fails for this run
-
-# The C arguments after the handle, given a pointer to the count and the array.
-Arrange = Callable[[Any, Any], Tuple[Any, ...]]
 
 
 class Room:
@@ -46,34 +41,6 @@ class Room:
         if self._array is None or self._array._type_ is not struct:
             self._array = array_type(struct, self.entries)()
         return self._array
-
-
-def fill(handle: Any, symbol: str, struct: type, room: Room, arrange: Arrange) -> List[Any]:
-    """The entries `symbol` writes into the room's array of `struct`; raises pynvml.NVMLError as
-    pynvml does. They are views into that array: read them before the room's next call."""
-    function = pynvml._nvmlGetFunctionPointer(symbol)
-    count = room.count
-    for _ in range(ATTEMPTS):
-        entries = room.array(struct)
-        count.value = room.entries
-        status = function(handle, *arrange(room.count_pointer, entries))
-        if status not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_INSUFFICIENT_SIZE):
-            raise pynvml.NVMLError(status)
-        found = count.value
-        room.fit(found)
-        if status == pynvml.NVML_SUCCESS:
-            return entries[:found]
-    raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-
-
-def count(handle: Any, symbol: str, *args: Any) -> int:
-    """How many entries `symbol` would fill, from one call with no array (its count argument last but one)."""
-    function = pynvml._nvmlGetFunctionPointer(symbol)
-    found = ctypes.c_uint(0)
-    status = function(handle, *args, ctypes.byref(found), None)
-    if status not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_INSUFFICIENT_SIZE):
-        raise pynvml.NVMLError(status)
-    return found.value
 
 
 @functools.lru_cache(maxsize=256)

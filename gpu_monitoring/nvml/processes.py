@@ -1,16 +1,16 @@
-"""Process lists and per-process engine samples, each one NVML call through `listing`.
+"""Process lists and per-process engine samples, each one NVML call (a `Filling`, see nvml.listing).
 
-Bindings here stand in for pynvml's, which ask twice a time (count, then fill). They take a
-`listing.Room` the device keeps per query, so the room learnt on one run serves the next, and
-read the entries out of the room's array before they return plain data: the next call refills it.
+These stand in for pynvml's bindings, which ask twice a time (count, then fill). The room learnt
+on one run serves the next, and the entries are read out of the room's array into plain data
+before the call returns: the next call refills it.
 """
 
 import ctypes
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pynvml
 
-from . import listing
+from .library import Filling
 from .queries import plain
 
 COMPUTE = "nvmlDeviceGetComputeRunningProcesses"
@@ -28,8 +28,8 @@ class ProcessInfoV1(ctypes.Structure):
 # Newer symbols first. `_v2` added MIG instance IDs to the struct and `_v3` kept its layout; the
 # unversioned symbol of an old driver fills the v1 struct (pynvml's unversioned binding would call `_v3`).
 # pynvml's layouts without its per-attribute hooks: a GPU lists dozens of processes a run.
-VERSIONS = (("_v3", plain(pynvml.c_nvmlProcessInfo_v3_t)), ("_v2", plain(pynvml.c_nvmlProcessInfo_v2_t)),
-            ("", ProcessInfoV1))
+STRUCTS = (("_v3", plain(pynvml.c_nvmlProcessInfo_v3_t)), ("_v2", plain(pynvml.c_nvmlProcessInfo_v2_t)),
+           ("", ProcessInfoV1))
 UtilizationSample = plain(pynvml.c_nvmlProcessUtilizationSample_t)
 
 
@@ -42,33 +42,23 @@ Usage = Tuple[float, float, float, float]
 _MEMORY_UNKNOWN = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 
 
-def _list_query(symbol: str, struct: type) -> Callable[[Any, listing.Room], List[Listed]]:
-    def query(handle: Any, room: listing.Room) -> List[Listed]:
-        return [_listed_process(entry) for entry in listing.fill(handle, symbol, struct, room, _count_then_array)]
-
-    return query
-
-
 def _count_then_array(count: Any, array: Any) -> Tuple[Any, Any]:
     return count, array
 
 
-def _utilization_query(handle: Any, room: listing.Room, since_us: int) -> Tuple[Dict[int, Usage], int]:
+def _listed(entries: List[Any]) -> List[Listed]:
+    return [_listed_process(entry) for entry in entries]
+
+
+def _samples_since(since_us: int, count: Any, array: Any) -> Tuple[Any, ...]:
     # The timestamp goes as a C unsigned long long: ctypes would pass a bare int as a C int.
-    samples = listing.fill(handle, UTILIZATION, UtilizationSample, room,
-                           lambda count, array: (array, count, ctypes.c_ulonglong(since_us)))
-    return usage_by_pid(samples, since_us)
+    return array, count, ctypes.c_ulonglong(since_us)
 
 
-BINDINGS: Dict[str, Callable[..., Any]] = {
-    **{f"{query}{suffix}": _list_query(f"{query}{suffix}", struct)
-       for query in (COMPUTE, MPS) for suffix, struct in VERSIONS},
-    UTILIZATION: _utilization_query,
-}
-# Each query's symbols in BINDINGS, newest first.
-SYMBOLS: Dict[str, Tuple[str, ...]] = {
-    **{query: tuple(query + suffix for suffix, _ in VERSIONS) for query in (COMPUTE, MPS)},
-    UTILIZATION: (UTILIZATION,),
+# Each query's versions, newest first.
+VERSIONS: Dict[str, Tuple[Filling, ...]] = {
+    query: tuple(Filling(query + suffix, struct, _count_then_array, _listed, room=query) for suffix, struct in STRUCTS)
+    for query in (COMPUTE, MPS)
 }
 
 
@@ -98,3 +88,8 @@ def usage_by_pid(samples: List[Any], since_us: int) -> Tuple[Dict[int, Usage], i
     usage = {pid: (sm / n, memory / n, encoder / n, decoder / n)
              for pid, (sm, memory, encoder, decoder, n) in sums.items()}
     return usage, newest
+
+
+# Usage by pid since the time asked about, and the newest sample's time. No new samples (NOT_FOUND)
+# means no process ran on the GPU since then: an empty answer.
+SAMPLES = Filling(UTILIZATION, UtilizationSample, _samples_since, usage_by_pid, not_found_is_empty=True)

@@ -1,20 +1,14 @@
-"""The NVML queries a run asks of every device, prepared once per device.
-
-pynvml's wrappers look the C symbol up under a lock, allocate the output and convert each
-argument on every call, and read structures back through an attribute hook per field. A run
-asks about fifteen of these per GPU, so a `Query` says once what a call needs (its symbol, its
-C arguments, what it writes) and `Device.read` binds it to the device the first time: later
-runs hand NVML the same argument tuple and read the same memory back.
-
-Outputs are written in place, so a device is read by one thread at a time (each check instance
-runs one collection at a time; the sidecar collects on one thread).
+"""What a run asks of every device, and what a session asks once: each call declared once
+(nvml.library says how a call is bound and asked; Device.ask asks it).
 """
 
 import ctypes
 import functools
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import pynvml
+
+from .library import Binding, Query
 
 Output = Any  # a ctypes scalar or structure NVML writes into
 
@@ -23,54 +17,6 @@ def plain(structure: type) -> type:
     """A ctypes structure laid out as pynvml's, without its per-attribute Python hooks."""
     name = structure.__name__[2:] if structure.__name__.startswith("c_") else structure.__name__
     return type(name, (ctypes.Structure,), {"_fields_": structure._fields_})
-
-
-def refusal_key(function: str, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
-    """What a refusal is remembered under: the function and its int and str arguments (a link, a
-    clock); other arguments (arrays, rooms, C values, GPM samples) do not tell calls apart."""
-    if not args:  # most calls: a list would only be built to be empty
-        return (function,)
-    return (function, *[arg for arg in args if isinstance(arg, (int, str))])
-
-
-class Query:
-    """One NVML function with fixed arguments: `function(handle, *args, *outputs)`.
-
-    `args` are C unsigned ints (clock types, sensors) or ctypes objects handed over as they are
-    (an array NVML fills, a GPM sample); `outputs` the types NVML writes into;
-    `value` makes the answer from the filled outputs; `version` is set in the first output
-    (versioned structures). Hashed by identity: a query is made once, a module constant or kept
-    by what asks it (a field batch, a GPM sampler).
-    """
-
-    __slots__ = ("function", "args", "outputs", "value", "version", "key")
-
-    def __init__(self, function: str, outputs: Sequence[type], value: Callable[..., Any],
-                 args: Tuple[Any, ...] = (), version: Optional[int] = None) -> None:
-        self.function = function
-        self.args = args
-        self.outputs = tuple(outputs)
-        self.value = value
-        self.version = version
-        self.key = refusal_key(function, args)
-
-    def __repr__(self) -> str:
-        return f"{self.function}({', '.join(map(str, self.key[1:]))})"
-
-
-class Bound:
-    """A query bound to one handle: the C function, the argument tuple and the outputs it fills."""
-
-    __slots__ = ("c_function", "argv", "outputs", "value")
-
-    def __init__(self, query: Query, handle: Any) -> None:
-        self.c_function = pynvml._nvmlGetFunctionPointer(query.function)  # raises FUNCTION_NOT_FOUND
-        self.outputs = tuple(output() for output in query.outputs)
-        if query.version is not None:
-            self.outputs[0].version = query.version
-        arguments = (ctypes.c_uint(arg) if isinstance(arg, int) else arg for arg in query.args)
-        self.argv = (handle, *arguments, *map(ctypes.byref, self.outputs))
-        self.value = query.value
 
 
 def answered() -> bool:
@@ -100,6 +46,13 @@ Bar1Memory = plain(pynvml.c_nvmlBAR1Memory_t)
 Utilization = plain(pynvml.c_nvmlUtilization_t)
 
 
+def _versioned(version: int) -> Any:
+    def prepare(structure: Any) -> None:
+        structure.version = version
+
+    return prepare
+
+
 def _memory(info: Any) -> Tuple[int, int, int, Optional[int]]:
     return info.total, info.used, info.free, getattr(info, "reserved", None)
 
@@ -124,7 +77,7 @@ ENCODER = Query("nvmlDeviceGetEncoderUtilization", [ctypes.c_uint, ctypes.c_uint
 DECODER = Query("nvmlDeviceGetDecoderUtilization", [ctypes.c_uint, ctypes.c_uint], _first)
 # The v2 query adds `reserved` and counts it out of `used`; drivers before R510 have only v1.
 MEMORY = (
-    Query("nvmlDeviceGetMemoryInfo_v2", [MemoryV2], _memory, version=pynvml.nvmlMemory_v2),
+    Query("nvmlDeviceGetMemoryInfo_v2", [MemoryV2], _memory, prepare=_versioned(pynvml.nvmlMemory_v2)),
     Query("nvmlDeviceGetMemoryInfo", [Memory], _memory),
 )
 BAR1 = Query("nvmlDeviceGetBAR1MemoryInfo", [Bar1Memory], lambda b: (b.bar1Total, b.bar1Used))
@@ -145,3 +98,44 @@ def _own_handle(handle: Output) -> Any:
 def mig_device(slot: int) -> Query:
     """The handle of the MIG device in one slot of its GPU; an empty slot answers NOT_FOUND."""
     return Query("nvmlDeviceGetMigDeviceHandleByIndex", [pynvml.c_nvmlDevice_t], _own_handle, (slot,))
+
+
+# --- read once a session: identity and limits, through pynvml's own bindings ------------------
+
+ARCHITECTURES = {
+    pynvml.NVML_DEVICE_ARCH_KEPLER: "kepler",
+    pynvml.NVML_DEVICE_ARCH_MAXWELL: "maxwell",
+    pynvml.NVML_DEVICE_ARCH_PASCAL: "pascal",
+    pynvml.NVML_DEVICE_ARCH_VOLTA: "volta",
+    pynvml.NVML_DEVICE_ARCH_TURING: "turing",
+    pynvml.NVML_DEVICE_ARCH_AMPERE: "ampere",
+    pynvml.NVML_DEVICE_ARCH_ADA: "ada",
+    pynvml.NVML_DEVICE_ARCH_HOPPER: "hopper",
+    pynvml.NVML_DEVICE_ARCH_BLACKWELL: "blackwell",
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+UUID = Binding("nvmlDeviceGetUUID", value=_text)
+NAME = Binding("nvmlDeviceGetName", value=_text)
+ARCHITECTURE = Binding("nvmlDeviceGetArchitecture", value=lambda arch: ARCHITECTURES.get(arch, "unknown"))
+PCI_BUS_ID = Binding("nvmlDeviceGetPciInfo", value=lambda info: _text(info.busId))
+MINOR_NUMBER = Binding("nvmlDeviceGetMinorNumber")
+SLOWDOWN_TEMPERATURE = Binding("nvmlDeviceGetTemperatureThreshold", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+MAX_CLOCK = {kind: Binding("nvmlDeviceGetMaxClockInfo", CLOCK_TYPES[kind]) for kind in MAX_CLOCKS}
+PCIE_MAX_GENERATION = Binding("nvmlDeviceGetMaxPcieLinkGeneration")
+PCIE_MAX_WIDTH = Binding("nvmlDeviceGetMaxPcieLinkWidth")
+MAX_MIG_DEVICES = Binding("nvmlDeviceGetMaxMigDeviceCount")
+GPU_INSTANCE_ID = Binding("nvmlDeviceGetGpuInstanceId")
+COMPUTE_INSTANCE_ID = Binding("nvmlDeviceGetComputeInstanceId")
+GPM_SUPPORT = Binding("nvmlGpmQueryDeviceSupport", value=lambda support: bool(support.isSupportedDevice))
+EVENT_TYPES = Binding("nvmlDeviceGetSupportedEventTypes")
+
+
+@functools.cache
+def register_events(mask: int) -> Binding:
+    """Registration of the device for the events in `mask`, into the event set handed to Device.ask."""
+    return Binding("nvmlDeviceRegisterEvents", mask, value=lambda _nothing: answered())

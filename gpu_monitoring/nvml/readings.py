@@ -4,7 +4,7 @@ field, the dedicated function that gives the same value.
 Collectors ask for (name, scope) keys: scope 0 for device values, the link number for per-link
 ones. Which source serves a key is learnt once per device and NVML session: a field refused
 (per-entry NOT_SUPPORTED and the like) leaves the batch for good and its fallback reads it
-from then on; a fallback NVML refuses is never called again (Device.call remembers). So a
+from then on; a fallback NVML refuses is never called again (Device.ask remembers). So a
 steady-state run asks each function only for what the batch could not answer.
 
 What a run still calls per GPU besides the batch, and why no field replaces it (nvml.h has no
@@ -24,21 +24,19 @@ field for any of these; the nearest ones measure something else):
 - nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields;
   on Hopper they give PCIe throughput too, where the byte-counter fields are 32 bits wide.
 - The process queries (collectors.processes): lists of processes and samples, which fields cannot carry.
-Values read once per session (max clocks, PCIe max link, temperature threshold, NVLink link
+Values read once a session (max clocks, PCIe max link, temperature threshold, NVLink link
 count, GPM support) are not in this list.
 """
 
-from typing import TYPE_CHECKING, Dict, FrozenSet, NamedTuple, Optional, Tuple
+from functools import cached_property
+from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 import pynvml
 
 from . import fallbacks
-from .errors import CannotAnswer
+from .device import Device
 from .fallbacks import Reader
-from .fields import FieldKey, refused, request
-
-if TYPE_CHECKING:
-    from .device import Device
+from .fields import FieldBatch, FieldKey, Values
 
 
 class Reading(NamedTuple):
@@ -88,31 +86,54 @@ READINGS: Dict[str, Reading] = {
 }
 
 
-def read(device: "Device", wanted: FrozenSet[FieldKey]) -> Dict[FieldKey, float]:
-    """The values of the `wanted` keys the device gives: the batch first, then fallbacks for keys
-    it refused. Pass the same set object each run: the batch is built again only when it changes.
+LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])
+
+
+class Readings:
+    """One device's named values over an NVML session: the `wanted` keys, read by its field batch
+    first, then by the fallbacks of keys the batch refused; and its NVLink link count.
 
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
-    values = request(device, wanted, _field_id, _wide)
-    for reader, scope in _fallbacks(device, wanted):
-        for answered, value in _serve(reader, device, scope).items():
-            values.setdefault((answered, scope), value)
-    return values
 
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.batch = FieldBatch(device, _field_id, _wide)
+        self.wanted: FrozenSet[FieldKey] = frozenset()
 
-def _fallbacks(device: "Device", wanted: FrozenSet[FieldKey]) -> Tuple[Tuple[Reader, int], ...]:
-    """The readers (and scopes) of the wanted keys the batch will never answer, each once: worked
-    out again only when the batch is rebuilt (a field refused) or the call itself is refused."""
-    batch = device.field_batch
-    call_refused = device.refuses("nvmlDeviceGetFieldValues")
-    if batch.fallbacks is None or batch.fallbacks[0] != call_refused:
-        readers = (
-            (READINGS[name].fallback, scope)
-            for name, scope in sorted(wanted) if refused(device, (name, scope)) and READINGS[name].fallback
-        )
-        batch.fallbacks = (call_refused, tuple(dict.fromkeys(readers)))
-    return batch.fallbacks[1]
+    @cached_property
+    def links(self) -> int:
+        """How many NVLink links the device has, read once a session."""
+        return int(self._read(LINK_COUNT, links=0).get(("nvlink_link_count", 0), 0))
+
+    def read(self) -> Values:
+        """This run's values of the wanted keys the device gives."""
+        links = self.links
+        values = self._read(self.wanted, links)
+        values.timestamp_us = self.batch.timestamp_us
+        values.links = links
+        return values
+
+    def _read(self, wanted: FrozenSet[FieldKey], links: int) -> Values:
+        # The same set object each run: the batch's request is built again only when it changes.
+        values = self.batch.read(wanted)
+        for reader, scope in self._fallbacks(wanted):
+            for answered, value in reader(self.device, scope, links).items():
+                values.setdefault((answered, scope), value)
+        return values
+
+    def _fallbacks(self, wanted: FrozenSet[FieldKey]) -> Tuple[Tuple[Reader, int], ...]:
+        """The readers (and scopes) of the wanted keys the batch will never answer, each once: worked
+        out again only when the request is rebuilt (a field refused) or the call itself is refused."""
+        request = self.batch.request
+        call_refused = self.batch.call_refused()
+        if request.fallbacks is None or request.fallbacks[0] != call_refused:
+            readers = (
+                (READINGS[name].fallback, scope)
+                for name, scope in sorted(wanted) if self.batch.refuses((name, scope)) and READINGS[name].fallback
+            )
+            request.fallbacks = (call_refused, tuple(dict.fromkeys(readers)))
+        return request.fallbacks[1]
 
 
 def _field_id(key: FieldKey) -> int:
@@ -121,10 +142,3 @@ def _field_id(key: FieldKey) -> int:
 
 def _wide(key: FieldKey) -> bool:
     return READINGS[key[0]].wide
-
-
-def _serve(reader: Reader, device: "Device", scope: int) -> Dict[str, float]:
-    try:
-        return reader(device, scope)
-    except CannotAnswer:
-        return {}

@@ -1,17 +1,13 @@
 """Loading libnvidia-ml, initialising NVML once, and starting again when it is lost."""
 
-import ctypes
 import logging
 from typing import Any, List, Optional
 
-import pynvml
-
+from . import library
 from .device import Device
-from .errors import GpuLost, LibraryUnavailable, NvmlUninitialized
+from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 
 
 class NvmlSession:
@@ -32,10 +28,10 @@ class NvmlSession:
         self.cuda_driver_version: Optional[str] = None
 
     def start(self) -> None:
-        self._load()
+        library.load(self._library)
         try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as e:
+            library.call("nvmlInit")
+        except NvmlError as e:
             raise LibraryUnavailable(f"NVML did not initialise: {e} ({self.describe_library()})") from e
         self.started = True
         self.devices = self._enumerate()
@@ -50,9 +46,9 @@ class NvmlSession:
         self.started = False
         self.devices = []
         try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError as e:
-            log.debug("nvmlShutdown: %s", e)
+            library.call("nvmlShutdown")
+        except NvmlError as e:
+            log.debug("%s", e)
 
     def restart(self) -> None:
         self.stop()
@@ -60,39 +56,17 @@ class NvmlSession:
 
     def describe_library(self) -> str:
         if self._library is None:
-            return f"{DEFAULT_LIBRARY} from the dynamic linker's search path"
+            return f"{library.DEFAULT_LIBRARY} from the dynamic linker's search path"
         if isinstance(self._library, str):
             return self._library
         return "the simulated NVML library"
-
-    def _load(self) -> None:
-        if isinstance(self._library, str):
-            try:
-                loaded = ctypes.CDLL(self._library)
-            except OSError as e:
-                raise LibraryUnavailable(f"could not load nvml_library_path {self._library}: {e}") from e
-        else:
-            loaded = self._library
-        if loaded is None and isinstance(pynvml.nvmlLib, ctypes.CDLL):
-            return  # pynvml already holds the system library
-        pynvml.nvmlLib = loaded
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        if loaded is None:
-            try:
-                pynvml._LoadNvmlLibrary()
-            except pynvml.NVMLError as e:
-                raise LibraryUnavailable(
-                    f"{DEFAULT_LIBRARY} was not found by the dynamic linker ({e}); is the NVIDIA driver "
-                    "installed and its library visible (LD_LIBRARY_PATH, the NVIDIA container runtime), "
-                    "or should nvml_library_path point at it?"
-                ) from e
 
     def _enumerate(self) -> List[Device]:
         devices = []
         for index in range(self._system("nvmlDeviceGetCount")):
             try:
-                devices.append(Device(index, pynvml.nvmlDeviceGetHandleByIndex(index)))
-            except pynvml.NVMLError as e:
+                devices.append(Device(index, library.call("nvmlDeviceGetHandleByIndex", index)))
+            except NvmlError as e:
                 log.warning("GPU %d has no NVML handle (%s); it is reported as lost", index, e)
                 devices.append(Device(index, None))
         return devices
@@ -101,12 +75,9 @@ class NvmlSession:
 
     def _system(self, function: str) -> Any:
         try:
-            value = getattr(pynvml, function)()
-        except pynvml.NVMLError_Uninitialized as e:
-            raise NvmlUninitialized(f"{function}: {e}") from e
-        except pynvml.NVMLError as e:
-            raise GpuLost(f"{function}: {e}") from e
-        return value.decode() if isinstance(value, bytes) else value
+            return library.call(function)
+        except CannotAnswer as e:  # what the node cannot tell leaves every GPU unread
+            raise GpuLost(str(e)) from e
 
     def _optional(self, function: str) -> Optional[Any]:
         try:
