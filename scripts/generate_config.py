@@ -116,9 +116,18 @@ def model_files(data: dict) -> Dict[Path, str]:
     return files
 
 
+def known_options_file(data: dict) -> Dict[Path, str]:
+    """The names an instance may hold, for the validators: they cannot ask the model, which imports them."""
+    (instances,) = [section for section in data["files"][0]["options"] if section["name"] == "instances"]
+    names = "".join(f"    {option['name']!r},\n" for option in instances["options"])
+    contents = (f'"""Every option an instance may hold, as spec.yaml names them."""\n\n'
+                f"KNOWN_OPTIONS = frozenset({{\n{names}}})\n")
+    return {MODELS_DIR / "known_options.py": DOCUMENTATION_HEADER + "\n" + contents}
+
+
 def generated_files() -> Dict[Path, str]:
     data = load_spec()
-    return {**example_files(data), **model_files(data)}
+    return {**example_files(data), **model_files(data), **known_options_file(data)}
 
 
 def _matches(path: Path, expected: str) -> bool:

@@ -4,8 +4,8 @@
 A rule raises ConfigurationError itself, which pydantic passes on as it is: the message names the
 option and what it accepts, in one line, where pydantic's own would be wrapped in its error report."""
 
-from functools import cache, partial
-from typing import Any, Callable, Dict, FrozenSet
+from functools import partial
+from typing import Any, Callable, Dict
 
 from datadog_checks.base import ConfigurationError
 
@@ -13,6 +13,10 @@ from ..collectors import COLLECTOR_NAMES
 from ..metric_spec import PROFILES
 from ..options import boolean, choice, integers, names, number, prices, socket_path, strings, text, unknown, url
 from . import defaults
+
+# Every option an instance may hold (the check's, and the Agent's own that it reads from every
+# instance): `make config` writes them from spec.yaml, since this module cannot ask the model.
+from .known_options import KNOWN_OPTIONS
 
 SOURCES = ("local", "sidecar")
 KUBERNETES_MODES = ("auto", "true", "false")
@@ -66,17 +70,8 @@ RULES: Dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-@cache
-def known_options() -> FrozenSet[str]:
-    """Every option an instance may hold: spec.yaml names them (the check's, and the Agent's own that
-    it reads from every instance) and the models are generated from it."""
-    from .instance import InstanceConfig  # the model imports this module
-
-    return frozenset(field.alias or name for name, field in InstanceConfig.model_fields.items())
-
-
 def initialize_instance(values: Dict[str, Any], **kwargs: Any) -> Dict[str, Any]:
-    unknown(values, known_options())
+    unknown(values, KNOWN_OPTIONS)
     return values
 
 
