@@ -1,7 +1,8 @@
 """The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
 import os
-from typing import TYPE_CHECKING, Dict, List, Optional, Union
+from functools import cached_property
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
@@ -15,6 +16,7 @@ from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
 from .nvml.errors import NvmlError
+from .service_checks import ReasonedServiceCheck, Status
 from .settings import CheckSettings, derive
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot
@@ -52,10 +54,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
         self._nvlink_up = health.NvLinkMemory()
-        self._unavailable: Optional[str] = None
-        self._kubernetes_state: Optional[tuple] = None
         self._told: set = set()
-        self._sidecar_problem: Optional[str] = None
 
     def load_configuration_models(self, package_path=None):
         # The models live beside this module's package, not under it.
@@ -149,53 +148,40 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         try:
             snapshot = self.source.read()
         except SidecarUnavailable as e:
-            self._sidecar_state(AgentCheck.CRITICAL, str(e))
+            self._sidecar_state(Status.CRITICAL, str(e))
             return None
         except NvmlError as e:
             # The library is missing, or NVML failed as a whole (not one GPU): nothing to read this run.
-            self._sidecar_state(AgentCheck.OK, None)
-            self._nvml_unavailable(str(e))
+            self._sidecar_state(Status.OK, None)
+            self._nvml_check.send(Status.CRITICAL, str(e))
             return None
         self._sidecar_state(*self._events_state())
-        self._nvml_state(snapshot.node.problems)
+        # NVML answers; what it cannot give (permission, events) is a WARNING.
+        reason = "; ".join(snapshot.node.problems) or None
+        self._nvml_check.send(Status.WARNING if reason else Status.OK, reason)
         return snapshot
 
-    def _events_state(self) -> tuple:
+    # Each service check remembers the reason it last logged, from the run that first sends it.
+    @cached_property
+    def _nvml_check(self) -> ReasonedServiceCheck:
+        return ReasonedServiceCheck(self, CAN_CONNECT, self.options.tags, "NVML answers, but: %s",
+                                    "NVML is available again", critical="Cannot read GPUs: %s")
+
+    @cached_property
+    def _sidecar_check(self) -> ReasonedServiceCheck:
+        return ReasonedServiceCheck(self, SIDECAR_CAN_CONNECT, self.options.tags, "Cannot read the sidecar: %s",
+                                    "The sidecar answers again")
+
+    def _events_state(self) -> Tuple[Status, Optional[str]]:
         """The sidecar answered; its events may still be unreadable, and wait in its journal."""
         problem = getattr(self.source, "events_problem", None)
         if problem is None:
-            return AgentCheck.OK, None
-        return AgentCheck.WARNING, f"its events cannot be read and wait in its journal: {problem}"
+            return Status.OK, None
+        return Status.WARNING, f"its events cannot be read and wait in its journal: {problem}"
 
-    def _sidecar_state(self, status: int, reason: Optional[str]) -> None:
-        if self.options.source != "sidecar":
-            return
-        if reason != self._sidecar_problem:
-            if reason:
-                self.log.warning("Cannot read the sidecar: %s", reason)
-            else:
-                self.log.info("The sidecar answers again")
-            self._sidecar_problem = reason
-        self.service_check(SIDECAR_CAN_CONNECT, status, tags=self.options.tags, message=reason)
-
-    def _nvml_state(self, problems: List[str]) -> None:
-        """NVML answers; what it cannot give (permission, events) is a WARNING, told once a change."""
-        reason = "; ".join(problems) or None
-        if reason != self._unavailable:
-            if reason:
-                self.log.warning("NVML answers, but: %s", reason)
-            elif self._unavailable:
-                self.log.info("NVML is available again")
-            self._unavailable = reason
-        status = AgentCheck.WARNING if reason else AgentCheck.OK
-        self.service_check(CAN_CONNECT, status, tags=self.options.tags, message=reason)
-
-    def _nvml_unavailable(self, reason: str) -> None:
-        # One log line when NVML goes away or the reason changes, not one per run.
-        if reason != self._unavailable:
-            self.log.warning("Cannot read GPUs: %s", reason)
-            self._unavailable = reason
-        self.service_check(CAN_CONNECT, AgentCheck.CRITICAL, tags=self.options.tags, message=reason)
+    def _sidecar_state(self, status: Status, reason: Optional[str]) -> None:
+        if self.options.source == "sidecar":
+            self._sidecar_check.send(status, reason)
 
     def _report_versions(self, snapshot: Snapshot) -> None:
         for name in ("driver_version", "nvml_version", "cuda_driver_version"):
@@ -211,12 +197,17 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         if self.kubelet is not None and self.allocation_reader is not None:
             self._pods(self.allocation_reader.read())
 
+    @cached_property
+    def _kubelet_check(self) -> ReasonedServiceCheck:
+        return ReasonedServiceCheck(self, KUBELET_CAN_CONNECT, self.options.tags, "Kubernetes attribution degraded: %s",
+                                    "kubelet and pod-resources answer again")
+
     def _pods(self, allocations: Allocations) -> Optional[List[PodInfo]]:
         """The kubelet's pods (None without Kubernetes or when it can't be read), with the
         kubelet service check saying how both kubelet sources fared."""
         if self.kubelet is None:
             return None
-        problems: List[tuple] = []
+        problems: List[Tuple[Status, str]] = []
         pods = None
         try:
             pods = self.kubelet.pods()
@@ -224,28 +215,17 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             problems.append((e.status, f"kubelet: {e}; pods are named from pod-resources alone, "
                                        "without their phase, container IDs or MPS limits"))
         if allocations.source == "error":
-            problems.append(("WARNING", f"pod-resources: {allocations.error}; "
-                                        "GPUs running a compute process count as allocated until it answers"))
+            problems.append((Status.WARNING, f"pod-resources: {allocations.error}; "
+                                             "GPUs running a compute process count as allocated until it answers"))
         elif allocations.advertised_error:
             # WARNING, as for pod-resources' other failures: the Agent drops an OK check's message,
             # and shares on shared GPUs are overstated until a kubelet (1.23+) advertises replicas.
-            problems.append(("WARNING", f"pod-resources: {allocations.advertised_error}; shared GPUs are cut "
-                                        "by the replicas pods hold (highest ID + 1), not those the device plugin "
-                                        "advertises, which overstates each pod's share while replicas are free"))
-        self._kubelet_check(problems)
+            problems.append((Status.WARNING, f"pod-resources: {allocations.advertised_error}; shared GPUs are cut "
+                                             "by the replicas pods hold (highest ID + 1), not those the device plugin "
+                                             "advertises, which overstates each pod's share while replicas are free"))
+        status = max((s for s, _ in problems), default=Status.OK)
+        self._kubelet_check.send(status, "; ".join(m for _, m in problems) or None)
         return pods
-
-    def _kubelet_check(self, problems: List[tuple]) -> None:
-        status = max((s for s, _ in problems), key=["WARNING", "CRITICAL"].index, default="OK")
-        message = "; ".join(m for _, m in problems) or None
-        if (status, message) != self._kubernetes_state:
-            if message:
-                self.log.warning("Kubernetes attribution degraded: %s", message)
-            elif self._kubernetes_state is not None:
-                self.log.info("kubelet and pod-resources answer again")
-            self._kubernetes_state = (status, message)
-        code = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}[status]
-        self.service_check(KUBELET_CAN_CONNECT, code, tags=self.options.tags, message=message)
 
     def _report_problems(self, attribution: Attribution) -> None:
         # Each allocation that points at no GPU is told once, not every run.

@@ -4,21 +4,18 @@ from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional
 
 from . import xid
+from .service_checks import Status
 from .snapshot import Device, Event
-
-OK, WARNING, CRITICAL = "OK", "WARNING", "CRITICAL"
-_RANK = {OK: 0, WARNING: 1, CRITICAL: 2}
 
 
 @dataclass
 class Health:
-    status: str = OK
+    status: Status = Status.OK
     reasons: List[str] = field(default_factory=list)
 
-    def add(self, status: str, reason: str) -> None:
+    def add(self, status: Status, reason: str) -> None:
         self.reasons.append(reason)
-        if _RANK[status] > _RANK[self.status]:
-            self.status = status
+        self.status = max(self.status, status)
 
     @property
     def message(self) -> str:
@@ -41,9 +38,10 @@ def evaluate(
     `nvlink_seen_up` is whether an earlier run saw one of its NVLink links up (NvLinkMemory)."""
     health = Health()
     if device.lost:
-        health.add(CRITICAL, f"GPU lost: {device.error}")
+        health.add(Status.CRITICAL, f"GPU lost: {device.error}")
     if offered is False:
-        health.add(WARNING, "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)")
+        health.add(Status.WARNING,
+                   "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)")
     _events(health, events, set(xid_ignore))
     _memory(health, device, previous)
     _thermal(health, device.metrics, temperature_margin)
@@ -56,34 +54,35 @@ def _events(health: Health, events: Iterable[Event], ignored: set) -> None:
     for event in events:
         if event.kind == "xid" and event.code not in ignored:
             info = xid.describe(event.code)
-            if info.severity != OK.lower():
-                health.add(info.severity.upper(), f"XID {event.code} ({info.meaning}): {info.advice}")
+            status = Status[info.severity.upper()]
+            if status is not Status.OK:
+                health.add(status, f"XID {event.code} ({info.meaning}): {info.advice}")
         elif event.kind == "ecc_dbe":
-            health.add(CRITICAL, "double-bit ECC error event")
+            health.add(Status.CRITICAL, "double-bit ECC error event")
 
 
 def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
     m = device.metrics
     now, before = m.get("ecc.errors.uncorrected"), (previous.metrics if previous else {}).get("ecc.errors.uncorrected")
     if now is not None and before is not None and now > before:
-        health.add(CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run")
+        health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run")
     if m.get("remapped_rows.failed"):
-        health.add(CRITICAL, "row remapping failed: the GPU needs service")
+        health.add(Status.CRITICAL, "row remapping failed: the GPU needs service")
     if m.get("retired_pages.pending") and m.get("retired_pages.double_bit"):
-        health.add(CRITICAL, "page retirement pending after double-bit errors: reboot to retire")
+        health.add(Status.CRITICAL, "page retirement pending after double-bit errors: reboot to retire")
     if m.get("remapped_rows.pending"):
-        health.add(WARNING, "row remap pending: reset the GPU to apply it")
+        health.add(Status.WARNING, "row remap pending: reset the GPU to apply it")
 
 
 def _thermal(health: Health, m: dict, margin: float) -> None:
     if m.get("clocks_event.hw_thermal_slowdown") or m.get("clocks_event.sw_thermal_slowdown"):
-        health.add(WARNING, "thermal slowdown is lowering clocks")
+        health.add(Status.WARNING, "thermal slowdown is lowering clocks")
     if m.get("clocks_event.hw_power_brake_slowdown"):
-        health.add(WARNING, "hardware power-brake slowdown is lowering clocks")
+        health.add(Status.WARNING, "hardware power-brake slowdown is lowering clocks")
     temperature, threshold = m.get("temperature"), m.get("temperature.slowdown_threshold")
     if temperature is not None and threshold and temperature >= threshold - margin:
         health.add(
-            WARNING,
+            Status.WARNING,
             f"temperature {temperature:.0f}°C is within {margin:g}°C of the slowdown threshold {threshold:.0f}°C",
         )
 
@@ -93,7 +92,7 @@ def _nvlink(health: Health, device: Device, seen_up: bool) -> None:
     # every link has been inactive all along has no NVLink peer: an A100 or H100 PCIe card without a
     # bridge still counts its links (NVML_FI_DEV_NVLINK_LINK_COUNT) and reads each one inactive.
     if device.nvlink_down and (seen_up or _links_up(device)):
-        health.add(WARNING, f"NVLink down: link {', '.join(map(str, device.nvlink_down))}")
+        health.add(Status.WARNING, f"NVLink down: link {', '.join(map(str, device.nvlink_down))}")
 
 
 def _links_up(device: Device) -> bool:
@@ -125,7 +124,8 @@ def _pcie(health: Health, m: dict) -> None:
     degraded_width = width is not None and max_width and width < max_width
     degraded_gen = busy and gen is not None and max_gen and gen < max_gen
     if degraded_width or degraded_gen:
-        health.add(WARNING, f"PCIe link at Gen{_n(gen)} x{_n(width)}, capable of Gen{_n(max_gen)} x{_n(max_width)}")
+        health.add(Status.WARNING,
+                   f"PCIe link at Gen{_n(gen)} x{_n(width)}, capable of Gen{_n(max_gen)} x{_n(max_width)}")
 
 
 def _n(value: Optional[float]) -> str:

@@ -8,7 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-STATUS_NAMES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+from .service_checks import Status
+
 DEFAULT_INTERVAL = 15
 DEFAULT_RUNS = 2
 # datadog_checks.base.stubs.aggregator.check_tag_names refuses env, service, version and the other
@@ -97,7 +98,7 @@ def _report(aggregator, previous: Dict[Tuple, float]) -> Report:
                 value -= before
             metrics.append({"name": name, "type": kind, "value": value, "tags": sorted(stub.tags)})
     service_checks = [
-        {"name": name, "status": STATUS_NAMES[sc.status], "tags": sorted(sc.tags), "message": sc.message or ""}
+        {"name": name, "status": Status(sc.status).name, "tags": sorted(sc.tags), "message": sc.message or ""}
         for name in sorted(aggregator._service_checks)
         for sc in aggregator.service_checks(name)
     ]

@@ -7,6 +7,8 @@ the summary but does not fail it. A run that raised, or sent no service check at
 
 from typing import Dict, List, Tuple
 
+from .service_checks import Status
+
 OK = 0
 NOT_WORKING = 1  # 2 is argparse's usage error, and the CLI's for a configuration it refuses
 CAN_CONNECT = ".can_connect"
@@ -15,7 +17,7 @@ CAN_CONNECT = ".can_connect"
 def verdict(report: Dict[str, list], errors: List[str]) -> Tuple[int, str]:
     """The exit status and the line that explains it."""
     down = [check for check in report["service_checks"]
-            if check["name"].endswith(CAN_CONNECT) and check["status"] == "CRITICAL"]
+            if check["name"].endswith(CAN_CONNECT) and check["status"] == Status.CRITICAL.name]
     if down:
         reasons = "; ".join(f"{check['name']} is CRITICAL: {check['message']}" for check in down)
         return NOT_WORKING, f"Status: NOT WORKING: {reasons}"
@@ -23,5 +25,5 @@ def verdict(report: Dict[str, list], errors: List[str]) -> Tuple[int, str]:
         return NOT_WORKING, f"Status: NOT WORKING: the check failed: {'; '.join(errors)}"
     if not report["service_checks"]:
         return NOT_WORKING, "Status: NOT WORKING: the check read nothing and sent no service check"
-    warnings = sum(check["status"] != "OK" for check in report["service_checks"])
+    warnings = sum(check["status"] != Status.OK.name for check in report["service_checks"])
     return OK, "Status: OK" + (f" ({warnings} service checks not OK: see above)" if warnings else "")

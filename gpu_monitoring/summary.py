@@ -9,6 +9,7 @@ a metric the instance does not send (a profile or `metric_patterns` left it out)
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
+from .service_checks import Status
 from .units import human
 
 NAMESPACE = "gpu_monitoring."
@@ -29,7 +30,7 @@ def summarize(report: Dict[str, list]) -> Summary:
         "funnel": {stage: _total(metrics, f"fleet.devices.{stage}") for stage in FUNNEL},
         "cost": {"hourly": _total(metrics, "cost.hourly"), "idle_hourly": _total(metrics, "cost.idle_hourly")},
         "workloads": _workloads(metrics),
-        "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != "OK"],
+        "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != Status.OK.name],
     }
 
 

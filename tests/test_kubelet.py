@@ -5,8 +5,11 @@ import time
 
 import pytest
 
-from gpu_monitoring.kube.kubelet import CRITICAL, WARNING, KubeletClient, KubeletError
+from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
+from gpu_monitoring.service_checks import Status
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
+
+WARNING, CRITICAL = Status.WARNING, Status.CRITICAL
 
 TRAINER = {
     "uid": "7d1c9a52-0f0e-4c55-9a51-1f6e1c2b3a4d",

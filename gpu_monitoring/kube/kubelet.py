@@ -23,14 +23,13 @@ import urllib3
 from datadog_checks.base.utils.http import RequestsWrapper
 
 from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
+from ..service_checks import Status
 from . import DEFAULT_TTL
 from .deadline_watch import DeadlineWatch, watch_sessions
 from .pod_list import PodInfo, parse_pod_list
 
 log = logging.getLogger(__name__)
 
-WARNING = "WARNING"
-CRITICAL = "CRITICAL"
 DEFAULT_TIMEOUT = 5.0
 # A 110-pod node's /pods is a few MiB (10 to 30 KiB a pod); ten times that is still no real node's.
 MAX_BODY_BYTES = 32 * MIB
@@ -49,7 +48,7 @@ class KubeletError(Exception):
     CRITICAL: it will not until someone changes something (token, CA, RBAC, URL).
     """
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: Status, message: str):
         super().__init__(message)
         self.status = status
 
@@ -108,9 +107,9 @@ class KubeletClient:
             self._pods, self._error = [], self._scrubbed(e.status, str(e))
         except Exception as e:  # a library's surprise must fail this read, not the run
             message = f"reading the kubelet at {self.url} failed unexpectedly: {type(e).__name__}: {e}"
-            self._pods, self._error = [], self._scrubbed(CRITICAL, message)
+            self._pods, self._error = [], self._scrubbed(Status.CRITICAL, message)
 
-    def _scrubbed(self, status: str, message: str) -> KubeletError:
+    def _scrubbed(self, status: Status, message: str) -> KubeletError:
         """The error without its cause (whose text is a library's) and with no token in its message."""
         error = KubeletError(status, self._scrub(message))
         error.__suppress_context__ = True
@@ -140,7 +139,7 @@ class KubeletClient:
         try:
             return Deadline(self.timeout)
         except ValueError as e:
-            raise KubeletError(CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
+            raise KubeletError(Status.CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
 
     def _get(self, deadline: Deadline) -> Tuple[int, bytes]:
         """The status and body of one request, all of it within `deadline`: socket timeouts bound
@@ -166,18 +165,18 @@ class KubeletClient:
         except ReadLimitExceeded as e:
             raise self._limit_error(e) from None
         except requests.exceptions.SSLError as e:
-            raise KubeletError(CRITICAL, self._tls_failure(e)) from e
+            raise KubeletError(Status.CRITICAL, self._tls_failure(e)) from e
         except requests.exceptions.Timeout:
             # The library's text quotes the time left of the deadline, different every run: the
             # reason must read the same while the fault lasts, or it is logged again every run.
             raise self._limit_error(deadline.passed()) from None
         except requests.exceptions.ConnectionError as e:
             raise KubeletError(
-                WARNING,
+                Status.WARNING,
                 f"cannot connect to the kubelet at {self.url}: {_reason(e)}; check kubelet_url and that it runs",
             ) from e
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
-            raise KubeletError(CRITICAL, f"cannot request {self.url}: {_reason(e)}; check kubelet_url") from e
+            raise KubeletError(Status.CRITICAL, f"cannot request {self.url}: {_reason(e)}; check kubelet_url") from e
 
     def _body(self, response: requests.Response, deadline: Deadline) -> bytes:
         """The body, decoded, as it arrives: the socket's timeout follows the deadline down, so a
@@ -198,10 +197,12 @@ class KubeletClient:
     def _limit_error(self, error: ReadLimitExceeded) -> KubeletError:
         if error.reason == "too_large":
             return KubeletError(
-                CRITICAL, f"kubelet at {self.url} sent too much: {error}; check that kubelet_url is the kubelet's /pods"
+                Status.CRITICAL,
+                f"kubelet at {self.url} sent too much: {error}; check that kubelet_url is the kubelet's /pods",
             )
         return KubeletError(
-            WARNING, f"kubelet at {self.url} did not answer in time: {error}; it may be overloaded (kubelet_timeout)"
+            Status.WARNING,
+            f"kubelet at {self.url} did not answer in time: {error}; it may be overloaded (kubelet_timeout)",
         )
 
     def _tls_failure(self, error: Exception) -> str:
@@ -215,7 +216,8 @@ class KubeletClient:
     def _check_ca_file(self) -> None:
         if self.ca_path and not os.path.exists(self.ca_path):
             raise KubeletError(
-                CRITICAL, f"kubelet CA file {self.ca_path} does not exist; check kubelet_ca_path (or kubelet_client_ca)"
+                Status.CRITICAL,
+                f"kubelet CA file {self.ca_path} does not exist; check kubelet_ca_path (or kubelet_client_ca)",
             )
 
     def _read_token(self) -> str:
@@ -224,11 +226,12 @@ class KubeletClient:
                 raw = f.read(MAX_TOKEN_BYTES + 1)
         except OSError as e:
             raise KubeletError(
-                CRITICAL, f"cannot read the kubelet bearer token from {self.token_path}: {e}; check kubelet_token_path"
+                Status.CRITICAL,
+                f"cannot read the kubelet bearer token from {self.token_path}: {e}; check kubelet_token_path",
             ) from e
         problem = _token_problem(raw)
         if problem:
-            raise KubeletError(CRITICAL, f"the kubelet bearer token file {self.token_path} {problem}")
+            raise KubeletError(Status.CRITICAL, f"the kubelet bearer token file {self.token_path} {problem}")
         token = raw.strip().decode("ascii")
         if token not in self._secrets:
             self._secrets.append(token)
@@ -239,31 +242,33 @@ class KubeletClient:
             return
         if 300 <= code < 400:
             raise KubeletError(
-                CRITICAL,
+                Status.CRITICAL,
                 f"kubelet at {self.url} answered with a redirect (HTTP {code}), which is refused: the bearer token "
                 "goes to the kubelet alone; set kubelet_url to the kubelet's own address",
             )
         if code == 401:
             source = f"the token in {self.token_path}" if self.token_path else "no bearer token (no token path set)"
-            raise KubeletError(CRITICAL, f"kubelet at {self.url} refused {source} (HTTP 401); check kubelet_token_path")
+            raise KubeletError(
+                Status.CRITICAL, f"kubelet at {self.url} refused {source} (HTTP 401); check kubelet_token_path"
+            )
         if code == 403:
             raise KubeletError(
-                CRITICAL,
+                Status.CRITICAL,
                 f"kubelet at {self.url} forbade reading pods (HTTP 403); "
                 "the service account needs `get` on the `nodes/proxy` resource",
             )
         if code >= 500:
             # The whole body is scrubbed before it is cut, so no part of a token survives the cut.
             excerpt = self._scrub(body.decode("utf-8", "replace"))[:200]
-            raise KubeletError(WARNING, f"kubelet at {self.url} failed with HTTP {code}: {excerpt}")
-        raise KubeletError(CRITICAL, f"kubelet at {self.url} answered HTTP {code}; check kubelet_url")
+            raise KubeletError(Status.WARNING, f"kubelet at {self.url} failed with HTTP {code}: {excerpt}")
+        raise KubeletError(Status.CRITICAL, f"kubelet at {self.url} answered HTTP {code}; check kubelet_url")
 
     def _parse(self, body: bytes) -> List[PodInfo]:
         try:
             return parse_pod_list(json.loads(body))
         except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past Python's stack
             raise KubeletError(
-                CRITICAL,
+                Status.CRITICAL,
                 f"kubelet at {self.url} did not send a valid pod list ({e}); "
                 "check that kubelet_url is the kubelet's /pods",
             ) from e

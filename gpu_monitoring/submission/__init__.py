@@ -15,7 +15,6 @@ from .events import submit_xids
 from .tags import HolderTags, device_name, device_tags, merge, mig_tags, process_tags
 
 HEALTH_CHECK = "device.health"
-_STATUS = {"OK": AgentCheck.OK, "WARNING": AgentCheck.WARNING, "CRITICAL": AgentCheck.CRITICAL}
 PROCESS_METRICS = {
     "process.memory.used": "used_memory",
     "process.sm_utilization": "sm_utilization",
@@ -67,7 +66,7 @@ class Submitter:
         tags = self._held(own, view.holders.get((device.index, None)))
         self.metrics(device.metrics, tags)
         self._cost(view, tags)
-        self.check.service_check(HEALTH_CHECK, _STATUS[health.status], tags=tags, message=health.message or None)
+        self.check.service_check(HEALTH_CHECK, health.status, tags=tags, message=health.message or None)
         owns, helds = {(device.index, None): own}, {(device.index, None): tags}
         if not device.mig_instances:
             self._processes(device.processes, own, tags, (device.index, None), attribution)

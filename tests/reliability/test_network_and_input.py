@@ -23,7 +23,7 @@ from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring.bounded import MIB
 from gpu_monitoring.check import CURSOR
-from gpu_monitoring.kube.kubelet import CRITICAL, MAX_BODY_BYTES, WARNING, KubeletClient, KubeletError
+from gpu_monitoring.kube.kubelet import MAX_BODY_BYTES, KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,
     LIST_METHOD,
@@ -32,6 +32,7 @@ from gpu_monitoring.kube.pod_resources import (
     list_allocatable,
     list_allocations,
 )
+from gpu_monitoring.service_checks import Status
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.simulator.kubelet_server import pod_list
 from gpu_monitoring.snapshot import Device, Event, Node, Process, Snapshot
@@ -39,6 +40,7 @@ from gpu_monitoring.snapshot import Device, Event, Node, Process, Snapshot
 from ..attribution_support import funnel, kubelet_check
 from ..test_sidecar import SIDECAR_CHECK, sidecar_check
 
+WARNING, CRITICAL = Status.WARNING, Status.CRITICAL
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXBheWxvYWQtMDEyMzQ1Njc4OQ.c2lnbmF0dXJl"
 POD = {"uid": "u-1", "name": "trainer-0", "namespace": "ml",
        "containers": [{"name": "trainer", "container_id": "a1b2c3", "limits": {"nvidia.com/gpu": "1"}}]}

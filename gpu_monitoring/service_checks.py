@@ -1,0 +1,48 @@
+"""Service check statuses, and a service check that says why and logs each change of reason once."""
+
+from enum import IntEnum
+from typing import List, Optional, Tuple
+
+from datadog_checks.base import AgentCheck
+from datadog_checks.base.constants import ServiceCheck
+
+
+class Status(IntEnum):
+    """A service check status, ranked from OK to CRITICAL (the worst of several is their max).
+
+    The values are the Agent's own, so a Status is sent as it is; the names are those messages
+    and reports print."""
+
+    OK = ServiceCheck.OK
+    WARNING = ServiceCheck.WARNING
+    CRITICAL = ServiceCheck.CRITICAL
+
+
+class ReasonedServiceCheck:
+    """One service check, sent every run with the reason for its status as its message.
+
+    The log tells each change once, not every run: a new reason at WARNING level (`problem`, or
+    `critical` for a CRITICAL status where that line differs), and `cleared` at INFO when the
+    reason goes away."""
+
+    def __init__(self, check: AgentCheck, name: str, tags: List[str], problem: str, cleared: str,
+                 critical: Optional[str] = None):
+        self._check = check
+        self._name = name
+        self._tags = tags
+        self._problem = problem
+        self._critical = critical or problem
+        self._cleared = cleared
+        self._told: Tuple[Status, Optional[str]] = (Status.OK, None)
+
+    def send(self, status: Status, reason: Optional[str] = None) -> None:
+        if (status, reason) != self._told:
+            self._log(status, reason)
+            self._told = (status, reason)
+        self._check.service_check(self._name, status, tags=self._tags, message=reason)
+
+    def _log(self, status: Status, reason: Optional[str]) -> None:
+        if reason:
+            self._check.log.warning(self._critical if status is Status.CRITICAL else self._problem, reason)
+        elif self._told[1]:
+            self._check.log.info(self._cleared)
