@@ -9,9 +9,9 @@ from datadog_checks.base.utils.tagging import tagger
 
 from . import health
 from .attribution import Attribution, Settings, attribute
-from .collectors.allocations import AllocationReader
 from .config_models import ConfigMixin
 from .deps import require
+from .kube.allocations import AllocationReader
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
@@ -26,7 +26,7 @@ from .submission import Submitter
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.
 if TYPE_CHECKING:
-    from .collectors.node import NodeCollector
+    from .node_run import NodeCollector
     from .simulator.node import SimulatedNode
 
 CAN_CONNECT = "nvml.can_connect"
@@ -94,7 +94,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     def _open_collector(self) -> "NodeCollector":
         require("pynvml")  # a missing package is named, with the command that adds it
-        from .collectors.node import NodeCollector
+        from .node_run import NodeCollector
         from .nvml.session import NvmlSession
 
         library = self.simulated_node.nvml.library if self.simulated_node else self.options.nvml_library_path

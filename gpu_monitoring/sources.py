@@ -11,7 +11,7 @@ from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Event, Snapshot
 
 if TYPE_CHECKING:
-    from .collectors.node import NodeCollector
+    from .node_run import NodeCollector
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.collectors.driver_gpus import read_driver_gpus
-from gpu_monitoring.collectors.node import NodeCollector
+from gpu_monitoring.driver_gpus import read_driver_gpus
+from gpu_monitoring.node_run import NodeCollector
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.proc_root import build_proc_root
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot, load

@@ -13,8 +13,8 @@ from typing import Iterator, List
 import grpc
 import pytest
 
-from gpu_monitoring.collectors.allocations import ADVERTISED_TTL, AllocationReader
 from gpu_monitoring.kube import grpc_channels
+from gpu_monitoring.kube.allocations import ADVERTISED_TTL, AllocationReader
 from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES, DeviceRef, matches_resource, parse_device_id
 from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,

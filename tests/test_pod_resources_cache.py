@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from gpu_monitoring.collectors.allocations import AllocationReader
+from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 from gpu_monitoring.snapshot import Allocation
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_monitoring import __version__, metric_spec, simulator
 from gpu_monitoring.cli import main
-from gpu_monitoring.collectors.node import NodeCollector
+from gpu_monitoring.node_run import NodeCollector
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 from gpu_monitoring.snapshot import Snapshot

@@ -1,4 +1,5 @@
-"""Collectors, one per capability, and the node collector (`node`) that runs them.
+"""Collectors, one per capability: each reads its metrics of a GPU or MIG instance. The node run
+(`node_run`) runs them.
 
 The collectors import pynvml; this package itself does not, so the configuration can name them
 in an Agent without pynvml.

@@ -3,13 +3,13 @@
 import logging
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..kube.process_owners import ProcessOwners
 from ..kube.procfs import ProcFault, fault_of
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..nvml.processes import Listed, Usage
 from ..snapshot import Process
 from .base import Collector, Fields, sample_key
-from .owners import ProcessOwners
 
 log = logging.getLogger(__name__)
 

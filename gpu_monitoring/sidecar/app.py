@@ -9,9 +9,9 @@ from collections import Counter
 from typing import Any, Dict, Optional, Tuple
 
 from .. import __version__
-from ..collectors.allocations import AllocationReader
-from ..collectors.node import NodeCollector
 from ..kube import DEFAULT_TTL
+from ..kube.allocations import AllocationReader
+from ..node_run import NodeCollector
 from ..nvml.device import Device
 from ..nvml.errors import NvmlError
 from ..nvml.session import NvmlSession

@@ -40,7 +40,7 @@ from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.collectors.node import NodeCollector
+from gpu_monitoring.node_run import NodeCollector
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.simulator.abi import SYMBOLS, prototype

@@ -34,7 +34,7 @@ from .fuzz_support import (
 @pytest.fixture(scope="module")
 def good_snapshot():
     """A real NodeCollector's snapshot of the simulated DGX H100, with events and allocations added."""
-    from gpu_monitoring.collectors.node import NodeCollector
+    from gpu_monitoring.node_run import NodeCollector
     from gpu_monitoring.nvml.session import NvmlSession
     from gpu_monitoring.simulator import SimulatedNvml, load
 

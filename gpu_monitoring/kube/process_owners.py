@@ -14,7 +14,8 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
-from ..kube.procfs import (
+from ..snapshot import SlurmJob
+from .procfs import (
     ProcessOwner,
     ProcessStat,
     environment,
@@ -24,7 +25,6 @@ from ..kube.procfs import (
     real_uid,
     with_environment,
 )
-from ..snapshot import SlurmJob
 
 log = logging.getLogger(__name__)
 

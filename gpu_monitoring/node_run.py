@@ -8,25 +8,25 @@ import logging
 import time
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
 
-from .. import snapshot
-from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
-from ..nvml.events import EventWatcher, RawEvent
-from ..nvml.readings import Readings
-from ..nvml.session import NvmlSession
-from . import COLLECTOR_NAMES
-from .activity import Gpm, Utilization
-from .allocations import AllocationReader
-from .base import Collector
-from .clocks import Clocks
+from . import snapshot
+from .collectors import COLLECTOR_NAMES
+from .collectors.activity import Gpm, Utilization
+from .collectors.base import Collector
+from .collectors.clocks import Clocks
+from .collectors.memory import Memory
+from .collectors.memory_errors import MemoryErrors
+from .collectors.mig import Mig
+from .collectors.nvlink import NvLink
+from .collectors.pcie import Pcie
+from .collectors.processes import Processes
+from .collectors.thermal import Thermal
 from .driver_gpus import name_lost_devices, read_driver_gpus
-from .memory import Memory
-from .memory_errors import MemoryErrors
-from .mig import Mig
-from .nvlink import NvLink
-from .pcie import Pcie
-from .processes import Processes
-from .thermal import Thermal
+from .kube.allocations import AllocationReader
+from .nvml.device import Device
+from .nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
+from .nvml.events import EventWatcher, RawEvent
+from .nvml.readings import Readings
+from .nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
