@@ -35,7 +35,7 @@ class Volume:
     gpus: int
     series: FrozenSet[Tuple[str, Tuple[str, ...]]]
     service_checks: FrozenSet[tuple]
-    events: Tuple[tuple, ...]
+    events: Tuple[tuple, ...]  # everything but when
 
     @property
     def per_gpu(self) -> float:
@@ -68,7 +68,9 @@ def _volume() -> Volume:
         gpus=gpus,
         series=frozenset((stub.name, tuple(sorted(stub.tags))) for stub in stubs),
         service_checks=frozenset((c.name, c.status, tuple(sorted(c.tags)), c.message) for c in checks),
-        events=tuple(tuple(sorted((k, str(v)) for k, v in event.items())) for event in aggregator.events),
+        # An event's timestamp is the wall clock of the run that drained it: two runs can differ there.
+        events=tuple(tuple(sorted((k, str(v)) for k, v in event.items() if k != "timestamp"))
+                     for event in aggregator.events),
     )
 
 

@@ -1,6 +1,8 @@
-"""A script of scripts/ loaded as a module, for the tests of what it computes."""
+"""What scripts/ computes, loaded as modules for the tests of it."""
 
+import importlib
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,3 +14,13 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def import_from_scripts(name: str) -> ModuleType:
+    """A module of a package under scripts/ (bench_support), imported with its relative imports; the
+    search path is left as it was."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(SCRIPTS))

@@ -4,7 +4,6 @@ sidecar's memory from its measured RSS, assets and service checks from assets/."
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -14,12 +13,12 @@ import yaml
 from gpu_monitoring.simulator.scenario import available
 
 from .deploy_support import CHART, DATADOG_CHART
+from .scripts_support import import_from_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PERFORMANCE_JSON = ROOT / "docs" / "performance.json"
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_support import headline  # noqa: E402
+headline = import_from_scripts("bench_support.headline")
 
 # Every document a user reads, and the comments of the files they copy from.
 DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "Makefile", CHART / "README.md", CHART / "values.yaml",
