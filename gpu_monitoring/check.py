@@ -26,7 +26,7 @@ from .submission import Submitter
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.
 if TYPE_CHECKING:
-    from .node_run import NodeCollector
+    from .node_run import NodeReader
     from .simulator.node import SimulatedNode
 
 CAN_CONNECT = "nvml.can_connect"
@@ -90,15 +90,15 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             # Pods and their devices are kept as long as each other: one TTL, one view of the node.
             self.allocation_reader = AllocationReader(self.options.pod_resources_socket,
                                                       self.options.gpu_resource_names, ttl=self.kubelet.ttl)
-        return LocalSource(self._open_collector)
+        return LocalSource(self._open_reader)
 
-    def _open_collector(self) -> "NodeCollector":
+    def _open_reader(self) -> "NodeReader":
         require("pynvml")  # a missing package is named, with the command that adds it
-        from .node_run import NodeCollector
+        from .node_run import NodeReader
         from .nvml.session import NvmlSession
 
         library = self.simulated_node.nvml.library if self.simulated_node else self.options.nvml_library_path
-        return NodeCollector(
+        return NodeReader(
             NvmlSession(library),
             disabled=self.options.disabled_collectors,
             proc_root=self.options.proc_root,

@@ -19,6 +19,7 @@ from .collectors.mig import Mig
 from .collectors.nvlink import NvLink
 from .collectors.pcie import Pcie
 from .collectors.processes import Processes
+from .collectors.series import store
 from .collectors.thermal import Thermal
 from .driver_gpus import name_lost_devices, read_driver_gpus
 from .kube.allocations import AllocationReader
@@ -36,8 +37,8 @@ IDENTITY = ("uuid", "name", "architecture", "pci_bus_id", "minor_number", "mig_e
 NVML_IDENTITY = IDENTITY[:-1]  # read here; MIG mode by the MIG collector
 
 
-class NodeCollector:
-    """Owns the NVML session; `collect()` returns a Snapshot and never submits.
+class NodeReader:
+    """Owns the NVML session; `read()` returns a Snapshot and never submits.
 
     A lost GPU is marked lost and the others are read in the same run. It is read again
     every run, and while it stays lost the session is restarted every
@@ -47,7 +48,7 @@ class NodeCollector:
     A lost GPU keeps its name: what NVML told of it before (at event registration, or in an
     earlier collection), else the kernel driver's record of it under the proc root (driver_gpus).
 
-    NVML hands out each event once, so drained events stay with the collector, repeated in
+    NVML hands out each event once, so drained events stay with the reader, repeated in
     every snapshot, until `acknowledge()` says a run submitted them: a run that fails after
     draining loses nothing.
     """
@@ -80,9 +81,10 @@ class NodeCollector:
 
     def _build_collectors(self) -> None:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
+        gpm = Gpm(pcie="pcie" in enabled)
         shared = {
             "utilization": Utilization(),
-            "gpm": Gpm(pcie="pcie" in enabled),
+            "gpm": gpm,
             "memory": Memory(),
             "processes": Processes(self.proc_root),
         }
@@ -90,20 +92,22 @@ class NodeCollector:
             **shared,
             "thermal": Thermal(),
             "clocks": Clocks(),
-            "pcie": Pcie(gpm_collects="gpm" in enabled),
+            "pcie": Pcie(gpm if "gpm" in enabled else None),
             "nvlink": NvLink(),
             "memory_errors": MemoryErrors(),
             "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),
         }
         self.collectors: List[Collector] = [per_device[name] for name in enabled]
 
-    def collect(self) -> snapshot.Snapshot:
+    def read(self) -> snapshot.Snapshot:
         if not self.session.started:
             self.session.start()
         if self._lost_gpu_restart_due():
             self._drain()
             log.info("a GPU is still lost; restarting NVML to look for it again")
             self.restart()
+        for collector in self.collectors:
+            collector.begin_run()
         try:
             result = self._collect()
         except NvmlUninitialized as e:
@@ -190,7 +194,7 @@ class NodeCollector:
             _identify(device, out)
             fields = self._readings_of(device).read()
             for collector in self.collectors:
-                collector.collect(device, fields, out)
+                store(collector.collect(device, fields), out)
         except GpuLost as e:
             out.lost, out.error = True, str(e)
             log.debug("GPU %d is lost: %s", device.index, e)

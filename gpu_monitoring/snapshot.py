@@ -104,6 +104,8 @@ class MigInstance:
     compute_instance_id: Optional[int]
     profile: Optional[str]
     metrics: Dict[str, float] = field(default_factory=dict)
+    # Series of a part of the instance, by that part's tags joined with commas, then by metric name.
+    tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
 
 
@@ -119,6 +121,8 @@ class Device:
     lost: bool = False
     error: Optional[str] = None
     metrics: Dict[str, float] = field(default_factory=dict)
+    # Series of a part of the GPU (an NVLink link), by that part's tags joined with commas, then by metric name.
+    tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
     mig_instances: List[MigInstance] = field(default_factory=list)
     nvlink_down: List[int] = field(default_factory=list)

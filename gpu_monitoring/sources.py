@@ -11,7 +11,7 @@ from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Event, Snapshot
 
 if TYPE_CHECKING:
-    from .node_run import NodeCollector
+    from .node_run import NodeReader
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +42,29 @@ class Cursor(NamedTuple):
 
 
 class LocalSource:
-    """NVML in this process. The collector, and pynvml with it, is opened on the first read: a
+    """NVML in this process. The node reader, and pynvml with it, is opened on the first read: a
     missing package then fails that run like a missing library, and the next run tries again."""
 
-    def __init__(self, open_collector: Callable[[], "NodeCollector"]):
-        self._open = open_collector
-        self.collector: Optional[NodeCollector] = None
+    def __init__(self, open_reader: Callable[[], "NodeReader"]):
+        self._open = open_reader
+        self.reader: Optional[NodeReader] = None
 
     def read(self) -> Snapshot:
-        if self.collector is None:
+        if self.reader is None:
             try:
-                self.collector = self._open()
+                self.reader = self._open()
             except MissingPackage as e:
                 raise LibraryUnavailable(str(e)) from None
-        return self.collector.collect()
+        return self.reader.read()
 
     def submitted(self) -> None:
-        """This run's events reached the Agent: the collector stops handing them out."""
-        if self.collector is not None:
-            self.collector.acknowledge()
+        """This run's events reached the Agent: the node reader stops handing them out."""
+        if self.reader is not None:
+            self.reader.acknowledge()
 
     def close(self) -> None:
-        if self.collector is not None:
-            self.collector.close()
+        if self.reader is not None:
+            self.reader.close()
 
 
 class SidecarSource:

@@ -12,7 +12,7 @@ import pytest
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring import simulator
-from gpu_monitoring.node_run import NodeCollector
+from gpu_monitoring.node_run import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 
 from .conftest import H100_PCIE_NODE, tag_dict
@@ -197,19 +197,19 @@ def test_lost_gpu_recovers(faults):
 
 
 def test_lost_gpu_keeps_its_identity_across_nvml_restarts():
-    # While a GPU stays lost, the node collector restarts NVML every `lost_restart_interval` seconds
+    # While a GPU stays lost, the node reader restarts NVML every `lost_restart_interval` seconds
     # (300 by default; 0 here so that every run after the loss restarts). The GPU is still the same
     # GPU: its UUID, name and PCI bus id (and so its tags) must not be forgotten by the restart.
     sim = simulator.SimulatedNvml(simulator.load("faults"), simulator.SimClock(speed=0))
-    collector = NodeCollector(NvmlSession(sim.library), lost_restart_interval=0)
+    reader = NodeReader(NvmlSession(sim.library), lost_restart_interval=0)
     try:
         snapshots = []
         for run in range(5):  # t = 0, 15, 30, 45, 60
             if run:
                 sim.advance(15)
-            snapshots.append(collector.collect())
+            snapshots.append(reader.read())
     finally:
-        collector.close()
+        reader.close()
     healthy, lost_at_30, lost_at_45, lost_at_60 = (s.devices[2] for s in snapshots[1:])
     assert sim.calls["nvmlInitWithFlags"] > 1, "NVML was not restarted while the GPU stayed lost"
     assert not healthy.lost and lost_at_30.lost and lost_at_45.lost and lost_at_60.lost

@@ -38,17 +38,17 @@ def pynvml_reads(device, keys):
             for key, entry in zip(keys, entries) if entry.nvmlReturn == pynvml.NVML_SUCCESS}
 
 
-def collector_and_device(node, scenario="dgx-h100"):
+def reader_and_device(node, scenario="dgx-h100"):
     simulated = node(scenario).run(2)
-    collector = simulated.check.source.collector
-    device = collector.session.devices[0]
-    return simulated, device, collector._readings[device]
+    reader = simulated.check.source.reader
+    device = reader.session.devices[0]
+    return simulated, device, reader._readings[device]
 
 
 def test_steady_runs_read_what_pynvml_reads(node):
     """Once every entry answered, a run reads the values back without decoding entry by entry: the
     answers, of both value types the simulated driver writes, stay what pynvml reads at that instant."""
-    simulated, device, read = collector_and_device(node)
+    simulated, device, read = reader_and_device(node)
     keys = sorted(read.wanted)
     for _ in range(4):
         simulated.sim.advance(15)
@@ -60,7 +60,7 @@ def test_steady_runs_read_what_pynvml_reads(node):
 
 
 def test_an_entry_that_stops_answering_leaves_the_batch_and_the_rest_read_on(node):
-    simulated, device, read = collector_and_device(node)
+    simulated, device, read = reader_and_device(node)
     wanted = read.wanted
     simulated.sim.scenario.refused_fields.add(pynvml.NVML_FI_DEV_MEMORY_TEMP)
     simulated.sim.advance(15)

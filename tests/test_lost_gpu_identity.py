@@ -10,7 +10,7 @@ from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
 from gpu_monitoring.driver_gpus import read_driver_gpus
-from gpu_monitoring.node_run import NodeCollector
+from gpu_monitoring.node_run import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.proc_root import build_proc_root
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot, load
@@ -86,11 +86,11 @@ def test_local_mode_names_gpu_2(node, aggregator):
 def test_nvml_started_after_the_fall_names_the_gpu_from_the_driver(tmp_path):
     sim = simulator.SimulatedNvml(simulator.load("faults"), simulator.SimClock(speed=0, start=25))
     proc_root = build_proc_root(tmp_path / "proc", [], sim.scenario.devices)
-    collector = NodeCollector(NvmlSession(sim.library), proc_root=str(proc_root))
+    reader = NodeReader(NvmlSession(sim.library), proc_root=str(proc_root))
     try:
-        devices = collector.collect().devices
+        devices = reader.read().devices
     finally:
-        collector.close()
+        reader.close()
     assert devices[2].lost and (devices[2].uuid, devices[2].pci_bus_id) == (LOST.uuid, LOST.pci_bus_id)
     assert [d.uuid for d in devices] == [spec.uuid for spec in sim.scenario.devices]
 
@@ -103,11 +103,11 @@ def test_the_driver_record_names_no_gpu_whose_order_nvml_contradicts(tmp_path):
     sim = simulator.SimulatedNvml(scenario, simulator.SimClock(speed=0, start=25))
     proc_root = build_proc_root(tmp_path / "proc", [], scenario.devices)
     assert len(read_driver_gpus(str(proc_root))) == 6
-    collector = NodeCollector(NvmlSession(sim.library), proc_root=str(proc_root))
+    reader = NodeReader(NvmlSession(sim.library), proc_root=str(proc_root))
     try:
-        lost = collector.collect().devices[2]
+        lost = reader.read().devices[2]
     finally:
-        collector.close()
+        reader.close()
     assert lost.lost and lost.uuid is None and lost.pci_bus_id is None
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_monitoring import __version__, metric_spec, simulator
 from gpu_monitoring.cli import main
-from gpu_monitoring.node_run import NodeCollector
+from gpu_monitoring.node_run import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 from gpu_monitoring.snapshot import Snapshot
@@ -24,15 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def collect(scenario, runs):
     """The snapshots of `runs` collections, 15 s of scenario time apart."""
     sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
-    collector = NodeCollector(NvmlSession(sim.library))
+    reader = NodeReader(NvmlSession(sim.library))
     snapshots = []
     try:
         for run in range(runs):
             if run:
                 sim.advance(15)
-            snapshots.append(collector.collect())
+            snapshots.append(reader.read())
     finally:
-        collector.close()
+        reader.close()
     return snapshots
 
 

@@ -1,45 +1,66 @@
 """Engine utilization (NVML sampling) and GPM profiling metrics (Hopper and later)."""
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
-from ..nvml.gpm import GpmSampler
-from .base import Collector, Fields, put, sample_key
+from ..nvml.gpm import GPM_METRICS, PCIE_METRICS, GpmSampler
+from .base import Collector, Fields, sample_key
+from .series import Reading, gauge
+
+UTILIZATION_GPU = gauge("utilization.gpu")
+UTILIZATION_MEMORY = gauge("utilization.memory")
+UTILIZATION_ENCODER = gauge("utilization.encoder")
+UTILIZATION_DECODER = gauge("utilization.decoder")
+GPM_SERIES = {name: gauge(name) for name in (*GPM_METRICS, *PCIE_METRICS)}
 
 
 class Utilization(Collector):
     name = "utilization"
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+        found = []
         rates = device.utilization_rates()
         if rates is not None:
-            out.metrics["utilization.gpu"], out.metrics["utilization.memory"] = rates
-        if self.wants("utilization.encoder"):
-            put(out.metrics, "utilization.encoder", device.encoder_utilization())
-        if self.wants("utilization.decoder"):
-            put(out.metrics, "utilization.decoder", device.decoder_utilization())
+            found += [(UTILIZATION_GPU, rates[0]), (UTILIZATION_MEMORY, rates[1])]
+        if self.wants(UTILIZATION_ENCODER):
+            found.append((UTILIZATION_ENCODER, device.encoder_utilization()))
+        if self.wants(UTILIZATION_DECODER):
+            found.append((UTILIZATION_DECODER, device.decoder_utilization()))
+        return found
 
 
 class Gpm(Collector):
     """One sampler per GPU, or per GPU instance of a MIG device, kept across runs. A whole GPU's
-    sample gives its PCIe throughput too, for the pcie collector (where that one runs)."""
+    sample gives its PCIe throughput too, for the pcie collector (where that one runs), which asks
+    `gave_pcie` whether this run's did."""
 
     name = "gpm"
 
     def __init__(self, pcie: bool = True) -> None:
         self._samplers: Dict[Tuple[int, Optional[int]], GpmSampler] = {}
         self._pcie = pcie
+        self._gave_pcie: Set[int] = set()
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def begin_run(self) -> None:
+        self._gave_pcie = set()
+
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
         key = sample_key(device)
         sampler = self._samplers.get(key)
         if sampler is None:
             sampler = self._samplers[key] = GpmSampler(device.parent or device, key[1], self._pcie)
         try:
-            out.metrics.update(sampler.read())
+            values = sampler.read()
         except CannotAnswer:
-            pass
+            return []
+        if self._pcie and "pcie.throughput.tx" in values:
+            self._gave_pcie.add(device.index)
+        return [(GPM_SERIES[name], value) for name, value in values.items()]
+
+    def gave_pcie(self, device: Device) -> bool:
+        """Whether this run's sample of the whole GPU gave its PCIe throughput."""
+        return device.index in self._gave_pcie
 
     def forget(self) -> None:
         for sampler in self._samplers.values():

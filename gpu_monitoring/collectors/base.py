@@ -1,33 +1,35 @@
-"""What every collector shares: the interface, storing a value the device may not give, counter rates."""
+"""What every collector shares: the interface and counter rates."""
 
-from typing import AbstractSet, Dict, Hashable, Iterable, Optional, Tuple
+from typing import AbstractSet, Dict, Hashable, Iterable, List, Optional, Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
 from ..nvml.fields import Values as Fields
+from .series import Reading, Series
 
 
 class Collector:
-    """Reads one capability of a device into a snapshot entry; never submits anything.
-
-    `out` is a snapshot.Device or snapshot.MigInstance: both have `metrics` and `processes`.
-    """
+    """Reads one capability of a device: returns readings of the series it declares (collectors.series)
+    and never submits anything."""
 
     name = ""
     # Metrics nobody submits nor judges (what the metrics profile leaves out): a read that gives
-    # only these is not made. The node collector sets it; a sidecar, serving any profile, reads all.
+    # only these is not made. The node run sets it; a sidecar, serving any profile, reads all.
     unused: AbstractSet[str] = frozenset()
 
-    def wants(self, *metrics: str) -> bool:
-        """Whether a read that gives these metrics is worth its NVML call."""
-        return not self.unused.issuperset(metrics)
+    def wants(self, series: Series) -> bool:
+        """Whether a read that gives this series is worth its NVML call."""
+        return series.name not in self.unused
 
     def fields(self, device: Device, links: int) -> Iterable[FieldKey]:
         """Readings (nvml.readings) this collector wants of a device with this many NVLink links:
         one batched call, fallbacks where refused."""
         return ()
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def begin_run(self) -> None:
+        """A run of the node begins: what was kept for the last one (faults seen, samples asked) ends."""
+
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
         raise NotImplementedError
 
     def forget(self) -> None:
@@ -40,17 +42,9 @@ def sample_key(device: Device) -> Tuple[int, Optional[int]]:
     return physical.index, device.gpu_instance_id if device.is_mig else None
 
 
-def put(metrics: Dict[str, float], name: str, value: Optional[float]) -> None:
-    """Store value under name unless the device gave none."""
-    if value is not None:
-        metrics[name] = value
-
-
-def copy_fields(metrics: Dict[str, float], fields: Fields, names: Dict[str, str]) -> None:
-    """Copy device-wide fields (scope 0) that answered into metrics, renamed."""
-    for field_name, metric in names.items():
-        if (field_name, 0) in fields:
-            metrics[metric] = fields[(field_name, 0)]
+def from_fields(fields: Fields, series: Dict[FieldKey, Series]) -> List[Reading]:
+    """The series of the fields that answered."""
+    return [(s, fields[key]) for key, s in series.items() if key in fields]
 
 
 class CounterRates:

@@ -1,18 +1,21 @@
 """Memory errors: volatile ECC counts, row remapping (Ampere+) and page retirement (older)."""
 
+from typing import List
+
 from ..nvml.device import Device
-from .base import Collector, Fields, copy_fields
+from .base import Collector, Fields, from_fields
+from .series import Reading, gauge, monotonic_count
 
 FIELDS = {
-    "ecc_corrected": "ecc.errors.corrected",
-    "ecc_uncorrected": "ecc.errors.uncorrected",
-    "remapped_correctable": "remapped_rows.correctable",
-    "remapped_uncorrectable": "remapped_rows.uncorrectable",
-    "remapped_pending": "remapped_rows.pending",
-    "remapped_failed": "remapped_rows.failed",
-    "retired_single_bit": "retired_pages.single_bit",
-    "retired_double_bit": "retired_pages.double_bit",
-    "retired_pending": "retired_pages.pending",
+    ("ecc_corrected", 0): monotonic_count("ecc.errors.corrected"),
+    ("ecc_uncorrected", 0): monotonic_count("ecc.errors.uncorrected"),
+    ("remapped_correctable", 0): gauge("remapped_rows.correctable"),
+    ("remapped_uncorrectable", 0): gauge("remapped_rows.uncorrectable"),
+    ("remapped_pending", 0): gauge("remapped_rows.pending"),
+    ("remapped_failed", 0): gauge("remapped_rows.failed"),
+    ("retired_single_bit", 0): gauge("retired_pages.single_bit"),
+    ("retired_double_bit", 0): gauge("retired_pages.double_bit"),
+    ("retired_pending", 0): gauge("retired_pages.pending"),
 }
 
 
@@ -20,7 +23,7 @@ class MemoryErrors(Collector):
     name = "memory_errors"
 
     def fields(self, device: Device, links: int):
-        return [(name, 0) for name in FIELDS]
+        return list(FIELDS)
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
-        copy_fields(out.metrics, fields, FIELDS)
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+        return from_fields(fields, FIELDS)

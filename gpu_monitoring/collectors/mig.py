@@ -6,6 +6,11 @@ from typing import List, Optional
 from ..nvml.device import Device
 from ..snapshot import MigInstance
 from .base import Collector, Fields
+from .series import Reading, fact, gauge, store
+
+ENABLED, ENABLED_FACT = gauge("mig.enabled"), fact("mig_enabled")
+INSTANCES, INSTANCES_FACT = gauge("mig.instances"), fact("mig_instances")
+PROCESSES_COUNT = gauge("processes.count")
 
 _PROFILE = re.compile(r"MIG (\S+)$")
 
@@ -16,18 +21,18 @@ class Mig(Collector):
     def __init__(self, instance_collectors: List[Collector]):
         self.instance_collectors = instance_collectors
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
         enabled = device.mig_enabled()
         if enabled is None:
-            return
-        out.metrics["mig.enabled"] = int(enabled)
-        out.mig_enabled = enabled
+            return []
+        found = [(ENABLED, int(enabled)), (ENABLED_FACT, enabled)]
         if not enabled:
-            return
-        out.mig_instances = [self._instance(child) for child in device.mig_devices()]
-        out.metrics["mig.instances"] = len(out.mig_instances)
-        if any("processes.count" in instance.metrics for instance in out.mig_instances):
-            out.metrics["processes.count"] = len({p.pid for i in out.mig_instances for p in i.processes})
+            return found
+        instances = [self._instance(child) for child in device.mig_devices()]
+        found += [(INSTANCES, len(instances)), (INSTANCES_FACT, instances)]
+        if any(PROCESSES_COUNT.name in instance.metrics for instance in instances):
+            found.append((PROCESSES_COUNT, len({p.pid for i in instances for p in i.processes})))
+        return found
 
     def _instance(self, child: Device) -> MigInstance:
         instance = MigInstance(
@@ -37,7 +42,7 @@ class Mig(Collector):
             profile=_profile(child.name),
         )
         for collector in self.instance_collectors:
-            collector.collect(child, Fields(), instance)
+            store(collector.collect(child, Fields()), instance)
         return instance
 
 

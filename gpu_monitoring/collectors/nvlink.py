@@ -2,18 +2,22 @@
 
 import functools
 from operator import itemgetter
-from typing import Tuple
+from typing import List, Tuple
 
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
-from .base import Collector, CounterRates, Fields, copy_fields
+from .base import Collector, CounterRates, Fields, from_fields
+from .series import Reading, fact, gauge, monotonic_count
 
 ERRORS = {
-    "nvlink_crc_flit": "nvlink.errors.crc_flit",
-    "nvlink_crc_data": "nvlink.errors.crc_data",
-    "nvlink_replay": "nvlink.errors.replay",
-    "nvlink_recovery": "nvlink.errors.recovery",
+    ("nvlink_crc_flit", 0): monotonic_count("nvlink.errors.crc_flit"),
+    ("nvlink_crc_data", 0): monotonic_count("nvlink.errors.crc_data"),
+    ("nvlink_replay", 0): monotonic_count("nvlink.errors.replay"),
+    ("nvlink_recovery", 0): monotonic_count("nvlink.errors.recovery"),
 }
+LINKS_ACTIVE = gauge("nvlink.links.active")
+LINKS_DOWN = fact("nvlink_down")
+THROUGHPUT = (gauge("nvlink.throughput.tx"), gauge("nvlink.throughput.rx"))
 
 
 class NvLink(Collector):
@@ -27,28 +31,25 @@ class NvLink(Collector):
     def fields(self, device: Device, links: int):
         if not links:
             return []
-        return [key for per_link in _keys(links) for key in per_link] + [(name, 0) for name in ERRORS]
+        return [key for per_link in _keys(links) for key in per_link] + list(ERRORS)
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
         links = fields.links
         if not links:
-            return
+            return []
         state_keys, tx_keys, rx_keys = _keys(links)
         states = _every_link(fields, state_keys)
         # Where the driver answered the state of some links only, those are counted.
         by_link = dict(enumerate(states)) if states else {key[1]: fields[key] for key in state_keys if key in fields}
+        found = from_fields(fields, ERRORS)
         if by_link:
-            out.metrics["nvlink.links.active"] = sum(1 for up in by_link.values() if up)
-            out.nvlink_down = [link for link, up in by_link.items() if not up]
-        copy_fields(out.metrics, fields, ERRORS)
+            found += [(LINKS_ACTIVE, sum(1 for up in by_link.values() if up)),
+                      (LINKS_DOWN, [link for link, up in by_link.items() if not up])]
         tx, rx = _every_link(fields, tx_keys), _every_link(fields, rx_keys)
         if tx and rx:
-            self._throughput(device, fields.timestamp_us, sum(tx), sum(rx), out.metrics)
-
-    def _throughput(self, device: Device, timestamp_us: int, tx_kib: float, rx_kib: float, metrics) -> None:
-        rates = self._rates.update(device.index, timestamp_us, (tx_kib * 1024.0, rx_kib * 1024.0))
-        if rates is not None:
-            metrics["nvlink.throughput.tx"], metrics["nvlink.throughput.rx"] = rates
+            rates = self._rates.update(device.index, fields.timestamp_us, (sum(tx) * 1024.0, sum(rx) * 1024.0))
+            found += zip(THROUGHPUT, rates or ())
+        return found
 
     def forget(self) -> None:
         self._rates.forget()

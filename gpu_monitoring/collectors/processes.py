@@ -10,6 +10,7 @@ from ..nvml.errors import CannotAnswer
 from ..nvml.processes import Listed, Usage
 from ..snapshot import Process
 from .base import Collector, Fields, sample_key
+from .series import Reading, fact, gauge
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +20,7 @@ SampleKey = Tuple[int, Optional[int]]
 # list holds a process that may be it, named so or of a name that could not be read.
 MPS_SERVER = "nvidia-cuda-mps"
 _IDLE: Usage = (0.0, 0.0, 0.0, 0.0)
+COUNT, PROCESSES = gauge("processes.count"), fact("processes")
 
 
 class Processes(Collector):
@@ -33,19 +35,21 @@ class Processes(Collector):
         self.proc_root = proc_root
         self._since: Dict[SampleKey, int] = {}
         self._faults = ProcFaults()
-        self._collected: Set[SampleKey] = set()
         self._owners = ProcessOwners(proc_root) if proc_root else None
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
+    def begin_run(self) -> None:
+        self._faults.end_run()
+        if self._owners is not None:
+            self._owners.new_run()
+
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
         key = sample_key(device)
-        self._count_run(key)
         try:
             found = self._processes(device.compute_processes(), "compute")
         except CannotAnswer:
-            return
+            return []
         if any(map(_may_be_mps_server, found)):
             found = _with_mps_clients(found, self._mps_clients(device))
-        out.metrics["processes.count"] = len({process.pid for process in found})
         usage = self._utilization(device, key, fields.timestamp_us, busy=bool(found))
         if usage is not None:
             for process in found:
@@ -55,7 +59,7 @@ class Processes(Collector):
                 if sample is not None:
                     (process.sm_utilization, process.memory_utilization, process.encoder_utilization,
                      process.decoder_utilization) = sample
-        out.processes = found
+        return [(COUNT, len({process.pid for process in found})), (PROCESSES, found)]
 
     def _mps_clients(self, device: Device) -> List[Process]:
         try:
@@ -72,15 +76,6 @@ class Processes(Collector):
             self._set_owner(process)
             found.append(process)
         return found
-
-    def _count_run(self, key: SampleKey) -> None:
-        # Collectors hear of devices, not of runs: a device seen again means a new run began.
-        if key in self._collected:
-            self._faults.end_run()
-            if self._owners is not None:
-                self._owners.new_run()
-            self._collected = set()
-        self._collected.add(key)
 
     def _utilization(self, device: Device, key: SampleKey, timestamp_us: int, busy: bool) -> Optional[Dict[int, Usage]]:
         """Usage by pid since the last run; None where the device has no per-process sampling.

@@ -1,24 +1,34 @@
 """Temperatures, fans, power and energy."""
 
-from ..nvml.device import Device
-from .base import Collector, Fields, copy_fields, put
+from typing import List
 
+from ..nvml.device import Device
+from .base import Collector, Fields, from_fields
+from .series import Reading, gauge, monotonic_count
+
+TEMPERATURE = gauge("temperature")
+SLOWDOWN_THRESHOLD = gauge("temperature.slowdown_threshold")
+FAN_SPEED = gauge("fan.speed")
+FIELDS = {("memory_temperature", 0): gauge("temperature.memory")}
 # Readings NVML gives in thousandths (mJ, mW) of what the metrics submit.
-THOUSANDTHS = {"energy_mj": "energy.consumed", "power_mw": "power.usage", "power_limit_mw": "power.limit"}
+THOUSANDTHS = {
+    ("energy_mj", 0): monotonic_count("energy.consumed"),
+    ("power_mw", 0): gauge("power.usage"),
+    ("power_limit_mw", 0): gauge("power.limit"),
+}
 
 
 class Thermal(Collector):
     name = "thermal"
 
     def fields(self, device: Device, links: int):
-        return [("memory_temperature", 0), ("energy_mj", 0), ("power_mw", 0), ("power_limit_mw", 0)]
+        return [*FIELDS, *THOUSANDTHS]
 
-    def collect(self, device: Device, fields: Fields, out) -> None:
-        m = out.metrics
-        put(m, "temperature", device.temperature())
-        put(m, "temperature.slowdown_threshold", device.slowdown_temperature)
-        put(m, "fan.speed", device.fan_speed())
-        copy_fields(m, fields, {"memory_temperature": "temperature.memory"})
-        for key, metric in THOUSANDTHS.items():
-            if (key, 0) in fields:
-                m[metric] = fields[(key, 0)] / 1000.0
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+        return [
+            (TEMPERATURE, device.temperature()),
+            (SLOWDOWN_THRESHOLD, device.slowdown_temperature),
+            (FAN_SPEED, device.fan_speed()),
+            *from_fields(fields, FIELDS),
+            *((series, fields[key] / 1000.0) for key, series in THOUSANDTHS.items() if key in fields),
+        ]

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 from .. import __version__
 from ..kube import DEFAULT_TTL
 from ..kube.allocations import AllocationReader
-from ..node_run import NodeCollector
+from ..node_run import NodeReader
 from ..nvml.device import Device
 from ..nvml.errors import NvmlError
 from ..nvml.session import NvmlSession
@@ -39,9 +39,9 @@ class Sidecar:
         self.session = NvmlSession(library)
         self.session_lock = threading.Lock()
         allocations = AllocationReader(pod_resources_socket, ttl=pod_cache_ttl) if pod_resources_socket else None
-        self.collector = NodeCollector(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
+        self.reader = NodeReader(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
         self.journal = _open_journal(journal_dir, journal_wait)
-        self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.collector.restart)
+        self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart)
         self.readiness = NvmlReadiness(self.session, self.session_lock)
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
@@ -56,7 +56,7 @@ class Sidecar:
         _no_params(params, ())
         with self.session_lock:
             try:
-                taken = self.collector.collect()
+                taken = self.reader.read()
             except NvmlError as e:
                 self.readiness.failed(e)
                 raise ApiError(503, f"NVML cannot be read: {e}") from e
@@ -128,7 +128,7 @@ class Sidecar:
         return f"{count} GPU{'s' if count != 1 else ''} ({listed}), driver {driver}"
 
     def _pod_resources_state(self) -> Tuple[str, bool]:
-        reader = self.collector.allocations
+        reader = self.reader.allocations
         if reader is None:
             return ("pod-resources not read (no --pod-resources-socket; the default is read in a pod or where "
                     "the kubelet serves it)"), False
@@ -143,7 +143,7 @@ class Sidecar:
             self.pump.join(timeout=5)
         self.server.server_close()
         with self.session_lock:
-            self.collector.close()
+            self.reader.close()
         self.journal.close()
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)

@@ -3,14 +3,14 @@
 This layer never calls NVML; it reads the Snapshot and what attribution and health made of it.
 """
 
-from typing import Dict, List
+from typing import Dict, List, Union
 
 from datadog_checks.base import AgentCheck
 
 from ..attribution import Attribution, Tagger
 from ..health import Health
 from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
-from ..snapshot import Device, Process, Snapshot
+from ..snapshot import Device, MigInstance, Process, Snapshot
 from .events import submit_xids
 from .tags import HolderTags, device_name, device_tags, merge, mig_tags, process_tags
 
@@ -64,7 +64,7 @@ class Submitter:
         view = attribution.devices[device.index]
         own = merge(self.base_tags, device_tags(device, snapshot, view))
         tags = self._held(own, view.holders.get((device.index, None)))
-        self.metrics(device.metrics, tags)
+        self._target_metrics(device, tags)
         self._cost(view, tags)
         self.check.service_check(HEALTH_CHECK, health.status, tags=tags, message=health.message or None)
         owns, helds = {(device.index, None): own}, {(device.index, None): tags}
@@ -74,7 +74,7 @@ class Submitter:
             key = (device.index, instance.uuid)
             instance_own = mig_tags(instance, device, own, view)
             instance_tags = self._held(instance_own, view.holders.get(key))
-            self.metrics(instance.metrics, instance_tags)
+            self._target_metrics(instance, instance_tags)
             self._processes(instance.processes, instance_own, instance_tags, key, attribution)
             owns[key], helds[key] = instance_own, instance_tags
         return owns, helds
@@ -83,14 +83,19 @@ class Submitter:
         """A GPU or MIG instance held by one container, unshared, carries that container's tags."""
         return merge(tags, self._holder_tags(holder)) if holder else tags
 
-    def metrics(self, values: Dict[str, float], tags: List[str]) -> None:
+    def _target_metrics(self, target: Union[Device, MigInstance], tags: List[str]) -> None:
+        """A GPU's or MIG instance's own series, then those of its parts, each part under its own tags too."""
+        self._send_values(target.metrics, tags)
+        for part, values in target.tagged_metrics.items():
+            self._send_values(values, tags + part.split(","))
+
+    def _send_values(self, values: Dict[str, float], tags: List[str]) -> None:
+        # A name no collector declares (a newer sidecar's) has no submitter, as one the profile leaves out.
         submitters = self._submitters
         for name, value in values.items():
             submit = submitters.get(name)
             if submit is not None:
                 submit(name, value, tags=tags)
-            elif name not in SPEC:
-                self.check.log.debug("no spec for metric %s; not submitted", name)
 
     def send(self, name: str, value: float, tags: List[str]) -> None:
         """One series, if the profile sends its metric."""

@@ -40,7 +40,7 @@ from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.node_run import NodeCollector
+from gpu_monitoring.node_run import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.simulator.abi import SYMBOLS, prototype
@@ -488,14 +488,14 @@ class FakeSidecar:
 
 @pytest.fixture(scope="module")
 def sidecar_snapshot(tmp_path_factory) -> Dict[str, Any]:
-    """What a sidecar on a legacy-driver node (two GPUs) serves, read once by the sidecar's collector."""
+    """What a sidecar on a legacy-driver node (two GPUs) serves, read once by the sidecar's node reader."""
     nvml = simulator.SimulatedNvml(simulator.load("legacy-driver"), simulator.SimClock(speed=0))
-    collector = NodeCollector(NvmlSession(nvml.library), proc_root=str(tmp_path_factory.mktemp("proc")),
+    reader = NodeReader(NvmlSession(nvml.library), proc_root=str(tmp_path_factory.mktemp("proc")),
                               watch_events=False)
     try:
-        return collector.collect().to_dict()
+        return reader.read().to_dict()
     finally:
-        collector.close()
+        reader.close()
 
 
 def sidecar(mode: str) -> Callable[[Env], SimulatedNode]:

@@ -33,17 +33,17 @@ from .fuzz_support import (
 
 @pytest.fixture(scope="module")
 def good_snapshot():
-    """A real NodeCollector's snapshot of the simulated DGX H100, with events and allocations added."""
-    from gpu_monitoring.node_run import NodeCollector
+    """A real NodeReader's snapshot of the simulated DGX H100, with events and allocations added."""
+    from gpu_monitoring.node_run import NodeReader
     from gpu_monitoring.nvml.session import NvmlSession
     from gpu_monitoring.simulator import SimulatedNvml, load
 
-    collector = NodeCollector(NvmlSession(SimulatedNvml(load("dgx-h100")).library), proc_root=None,
+    reader = NodeReader(NvmlSession(SimulatedNvml(load("dgx-h100")).library), proc_root=None,
                               watch_events=False)
     try:
-        taken = collector.collect().to_dict()
+        taken = reader.read().to_dict()
     finally:
-        collector.close()
+        reader.close()
     uuid = taken["devices"][0]["uuid"]
     taken["events"] = [{"device_uuid": uuid, "kind": "xid", "code": 79, "timestamp": 1.5,
                         "gpu_instance_id": None, "compute_instance_id": None, "device_index": 0,
