@@ -3,7 +3,7 @@ metrics.yaml (or the snapshot's fields) when the collector's module is imported,
 unlisted metric fails every test rather than being dropped at submission."""
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Tuple, Union
 
@@ -26,6 +26,14 @@ class Series:
     # A series of part of the target (one NVLink link): beside the target's own series of the same
     # name, under these tags.
     tags: Tuple[str, ...] = ()
+    # Worked out once: a metric of the target itself, the most common reading, is one flag for
+    # `store` to test; a part's series go under its tags joined, the snapshot's key for the part.
+    plain: bool = field(init=False, repr=False, compare=False)
+    part: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", self.kind is not Kind.FACT and not self.tags)
+        object.__setattr__(self, "part", ",".join(self.tags))
 
 
 Reading = Tuple[Series, Any]
@@ -63,9 +71,9 @@ def store(readings: Iterable[Reading], target: Union[Device, MigInstance]) -> No
     for series, value in readings:
         if value is None:
             continue
-        if series.kind is Kind.FACT:
-            setattr(target, series.name, value)
-        elif series.tags:
-            target.tagged_metrics.setdefault(",".join(series.tags), {})[series.name] = value
-        else:
+        if series.plain:
             metrics[series.name] = value
+        elif series.kind is Kind.FACT:
+            setattr(target, series.name, value)
+        else:
+            target.tagged_metrics.setdefault(series.part, {})[series.name] = value
