@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-sidecar soak metadata clean
+.PHONY: demo test lint bench bench-sidecar bench-versus soak metadata clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench: $(BENCH_STAMP)
 bench-sidecar: $(STAMP)
 	$(BIN)/python scripts/sidecar_bench.py
 	$(BIN)/python scripts/journal_bench.py
+
+# Own CPU per series over the floor, this tree against BASE (a git revision), both interleaved in one run.
+bench-versus: $(STAMP)
+	$(BIN)/python scripts/bench_versus.py --base $(BASE)
 
 # 10,000 runs in local and sidecar mode while faults cycle, the sidecar killed every 1,000 (minutes).
 soak: $(STAMP)

@@ -7,11 +7,12 @@ aggregator. The rest of the real check's CPU is what it spends finding those val
 
 import time
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, List, Tuple
 
 from datadog_checks.base import AgentCheck
 
 from .harness import NAMESPACE, Bench, RunCost, Series, median_ms, per, reset_stubs, series_count
+from .interleave import interleave
 
 
 class FloorCheck(AgentCheck):
@@ -57,27 +58,21 @@ def compare(scenario: str, rounds: int, **options: Any) -> FloorComparison:
     with Bench(scenario, **options) as bench:
         floor = FloorCheck(bench.warm_up(2))
         floor.run()  # its own first run (initializations) is no steady one either
-        checks: List[RunCost] = []
-        floors: List[float] = []
-        series = 0
-        for i in range(rounds):
-            # Alternating which goes first cancels a drift (caches, frequency) between them.
-            if i % 2:
-                checks.append(bench.run())
-                series = series_count()
-            floors.append(_floor_run(floor))
-            if not i % 2:
-                checks.append(bench.run())
-                series = series_count()
+        checks, floors = interleave(rounds, lambda: counted_run(bench), lambda: _floor_run(floor))
     return FloorComparison(
-        cpu_ms=median_ms(r.cpu for r in checks),
-        own_ms=median_ms(r.own for r in checks),
-        own_and_entry_ms=median_ms(r.own_and_entry for r in checks),
+        cpu_ms=median_ms(r.cpu for r, _ in checks),
+        own_ms=median_ms(r.own for r, _ in checks),
+        own_and_entry_ms=median_ms(r.own_and_entry for r, _ in checks),
         floor_ms=median_ms(floors),
-        series=series,
+        series=checks[-1][1],
         floor_series=len(floor.series),
         rounds=rounds,
     )
+
+
+def counted_run(bench: Bench) -> Tuple[RunCost, int]:
+    """A check run and the series it submitted, counted before the floor's run resets the aggregator."""
+    return bench.run(), series_count()
 
 
 def _floor_run(floor: FloorCheck) -> float:
