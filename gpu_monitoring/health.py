@@ -54,9 +54,8 @@ def _events(health: Health, events: Iterable[Event], ignored: set) -> None:
     for event in events:
         if event.kind == "xid" and event.code not in ignored:
             info = xid.describe(event.code)
-            status = Status[info.severity.upper()]
-            if status is not Status.OK:
-                health.add(status, f"XID {event.code} ({info.meaning}): {info.advice}")
+            if info.status is not Status.OK:
+                health.add(info.status, f"XID {event.code} ({info.meaning}): {info.advice}")
         elif event.kind == "ecc_dbe":
             health.add(Status.CRITICAL, "double-bit ECC error event")
 
