@@ -206,7 +206,7 @@ class NodeReader:
         """The device's readings, wanting what the collectors want: the same for as long as the session lasts."""
         readings = self._readings.get(device)
         if readings is None:
-            readings = Readings(device)
+            readings = Readings(device, self.session.driver_version)
             readings.wanted = frozenset(key for collector in self.collectors
                                         for key in collector.fields(device, readings.links))
             self._readings[device] = readings

@@ -1,11 +1,14 @@
-"""Memory errors: volatile ECC counts, row remapping (Ampere+) and page retirement (older)."""
+"""Memory errors: volatile ECC counts, lifetime ECC totals (per GPU and by memory location), row
+remapping (Ampere+) and page retirement (older)."""
 
 from typing import List
 
 from ..nvml.device import Device
+from ..nvml.readings import ECC_LOCATIONS
 from .base import Collector, Fields, from_fields
 from .series import Reading, gauge, monotonic_count
 
+KINDS = ("corrected", "uncorrected")
 FIELDS = {
     ("ecc_corrected", 0): monotonic_count("ecc.errors.corrected"),
     ("ecc_uncorrected", 0): monotonic_count("ecc.errors.uncorrected"),
@@ -17,13 +20,23 @@ FIELDS = {
     ("retired_double_bit", 0): gauge("retired_pages.double_bit"),
     ("retired_pending", 0): gauge("retired_pages.pending"),
 }
+# Lifetime totals, kept by the GPU across reboots: gauges, as Datadog's built-in check sends them,
+# since the total itself tells a worn board. The GPU's, and each memory location's the driver answers.
+TOTALS = {
+    **{(f"ecc_{kind}_aggregate", 0): gauge(f"ecc.errors.{kind}.total") for kind in KINDS},
+    **{
+        (f"ecc_{kind}_aggregate_{location}", 0): gauge(f"ecc.errors.{kind}.total", (f"memory_location:{location}",))
+        for location, ids in ECC_LOCATIONS.items()
+        for kind, field_id in zip(KINDS, ids) if field_id is not None
+    },
+}
 
 
 class MemoryErrors(Collector):
     name = "memory_errors"
 
     def fields(self, device: Device, links: int):
-        return list(FIELDS)
+        return [*FIELDS, *(key for key, series in TOTALS.items() if self.wants(series))]
 
     def collect(self, device: Device, fields: Fields) -> List[Reading]:
-        return from_fields(fields, FIELDS)
+        return from_fields(fields, FIELDS) + from_fields(fields, TOTALS)

@@ -64,6 +64,10 @@ READINGS: Dict[str, Reading] = {
     "pcie_rx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, fallbacks.pcie_throughput, wide=True),
     "ecc_corrected": Reading(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, fallbacks.ecc_corrected),
     "ecc_uncorrected": Reading(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, fallbacks.ecc_uncorrected),
+    # Lifetime (aggregate) counts kept in the InfoROM. No fallback: nvmlDeviceGetTotalEccErrors and
+    # nvmlDeviceGetMemoryErrorCounter would cost a call each per run for what the batch gives.
+    "ecc_corrected_aggregate": Reading(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL),
+    "ecc_uncorrected_aggregate": Reading(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL),
     "remapped_correctable": Reading(pynvml.NVML_FI_DEV_REMAPPED_COR, fallbacks.remapped_rows),
     "remapped_uncorrectable": Reading(pynvml.NVML_FI_DEV_REMAPPED_UNC, fallbacks.remapped_rows),
     "remapped_pending": Reading(pynvml.NVML_FI_DEV_REMAPPED_PENDING, fallbacks.remapped_rows),
@@ -84,6 +88,65 @@ READINGS: Dict[str, Reading] = {
     "nvlink_tx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
     "nvlink_rx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
 }
+# The aggregate counts by memory location, named as nvmlMemoryLocation_t names the locations. nvml.h
+# has these fields for the pre-Turing locations; from Turing on its enum counts DRAM (the device
+# memory field) and SRAM, which has no field.
+ECC_LOCATIONS = {
+    "device_memory": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_DEV, pynvml.NVML_FI_DEV_ECC_DBE_AGG_DEV),
+    "l1_cache": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_L1, pynvml.NVML_FI_DEV_ECC_DBE_AGG_L1),
+    "l2_cache": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_L2, pynvml.NVML_FI_DEV_ECC_DBE_AGG_L2),
+    "register_file": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_REG, pynvml.NVML_FI_DEV_ECC_DBE_AGG_REG),
+    "texture_memory": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_TEX, pynvml.NVML_FI_DEV_ECC_DBE_AGG_TEX),
+    "cbu": (None, pynvml.NVML_FI_DEV_ECC_DBE_AGG_CBU),  # nvml.h counts only uncorrected errors in the CBU
+}
+READINGS.update({
+    f"ecc_{kind}_aggregate_{location}": Reading(field_id)
+    for location, ids in ECC_LOCATIONS.items()
+    for kind, field_id in zip(("corrected", "uncorrected"), ids) if field_id is not None
+})
+
+# How long the clocks were held down for each reason since the driver loaded: nanosecond counters
+# ("Field values for Clock Throttle Reason Counters", nvml.h). Two are the old perf-policy counters
+# under new names; the other three are numbered as in CUDA 13.1's nvml.h (and pynvml). NVML has no
+# such counter for the other reasons of nvmlDeviceGetCurrentClocksEventReasons.
+CLOCK_EVENT_TIMES = {
+    "sw_power_cap": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    "sync_boost": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    "hw_power_brake_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+}
+READINGS.update({f"clocks_event_ns_{reason}": Reading(field_id) for reason, field_id in CLOCK_EVENT_TIMES.items()})
+# The three slowdown counters first appeared in CUDA 12.9's nvml.h (driver branch 575) as 251-253;
+# CUDA 13.1's (branch 590) renumbered them 269-271 and gave 251-253 back to the power-smoothing
+# fields CUDA 12.8's had there. A driver answers its own header's numbering: a 575 or 580 driver
+# is asked the old IDs, an older one none (its 251-253 are power smoothing).
+SLOWDOWN_TIMES_SINCE_DRIVER = 575
+SLOWDOWN_TIMES_RENUMBERED_IN_DRIVER = 590
+SLOWDOWN_TIMES_BEFORE_590 = {
+    "clocks_event_ns_sw_thermal_slowdown": 251,
+    "clocks_event_ns_hw_thermal_slowdown": 252,
+    "clocks_event_ns_hw_power_brake_slowdown": 253,
+}
+
+
+def driver_field_ids(driver_version: Optional[str]) -> Tuple[Dict[str, int], FrozenSet[str]]:
+    """The field ID of each reading for this driver version (None: unknown, taken as current), and
+    the readings the driver has no field for."""
+    ids = {name: reading.field_id for name, reading in READINGS.items()}
+    major = _major(driver_version)
+    if major is None or major >= SLOWDOWN_TIMES_RENUMBERED_IN_DRIVER:
+        return ids, frozenset()
+    if major >= SLOWDOWN_TIMES_SINCE_DRIVER:
+        return dict(ids, **SLOWDOWN_TIMES_BEFORE_590), frozenset()
+    return ids, frozenset(SLOWDOWN_TIMES_BEFORE_590)
+
+
+def _major(driver_version: Optional[str]) -> Optional[int]:
+    try:
+        return int(str(driver_version).split(".")[0])
+    except ValueError:
+        return None
 
 
 LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])
@@ -96,9 +159,12 @@ class Readings:
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, driver_version: Optional[str] = None) -> None:
         self.device = device
-        self.batch = FieldBatch(device, _field_id, _wide)
+        ids, unknown = driver_field_ids(driver_version)
+        self.batch = FieldBatch(device, lambda key: ids[key[0]], _wide)
+        # What the driver has no field for is known before asking: never asked, no fallback.
+        self.batch.refused.update((name, 0) for name in unknown)
         self.wanted: FrozenSet[FieldKey] = frozenset()
 
     @cached_property
@@ -134,10 +200,6 @@ class Readings:
             )
             request.fallbacks = (call_refused, tuple(dict.fromkeys(readers)))
         return request.fallbacks[1]
-
-
-def _field_id(key: FieldKey) -> int:
-    return READINGS[key[0]].field_id
 
 
 def _wide(key: FieldKey) -> bool:

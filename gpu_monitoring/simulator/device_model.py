@@ -17,6 +17,13 @@ from .scenario import DeviceSpec, Fault, MigSpec
 MIB = 1024 * 1024
 
 
+# The reasons each slowdown fault of a timeline sets.
+SLOWDOWN_REASONS = {
+    "thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown,
+}
+
+
 def is_mps_server(process: Dict) -> bool:
     return process.get("name", "").startswith("nvidia-cuda-mps")
 
@@ -156,11 +163,20 @@ class SimDevice:
 
     def clock_event_reasons(self, now: float) -> int:
         bits = 0 if self.utilization(now) > 0 else pynvml.nvmlClocksEventReasonGpuIdle
-        if self._active("thermal_slowdown", now):
-            bits |= pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown
-        if self._active("power_brake", now):
-            bits |= pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown
+        for kind, reasons in SLOWDOWN_REASONS.items():
+            if self._active(kind, now):
+                bits |= reasons
         return bits
+
+    def clock_event_ns(self, reason: int, now: float) -> int:
+        """How long a reason has held the clocks down since t=0, in nanoseconds: the time the faults
+        that set it have been active (no fault sets the power cap or sync boost)."""
+        seconds = sum(
+            min(now, fault.at + (fault.duration if fault.duration is not None else math.inf)) - fault.at
+            for kind, reasons in SLOWDOWN_REASONS.items() if reasons & reason
+            for fault in self._fired(kind, now)
+        )
+        return int(seconds * 1e9)
 
     def pcie_link(self, now: float) -> Dict[str, int]:
         link = dict(self.spec["pcie"])
@@ -215,6 +231,9 @@ class SimDevice:
             "retired_pending": int(bool(self._active("retired_pending", now))),
             "nvlink_link_count": links,
         }
+        # Lifetime counts: those before this boot (`ecc_sbe_aggregate` in the scenario) and this boot's.
+        for kind in ("ecc_sbe", "ecc_dbe"):
+            values[f"{kind}_aggregate"] = base.get(f"{kind}_aggregate", 0) + values[kind]
         for name in ("crc_flit", "crc_data", "replay", "recovery"):
             values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
         for direction, share in PCIE_SHARE.items():

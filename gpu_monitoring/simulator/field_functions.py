@@ -8,6 +8,7 @@ refused, so tests can tell what the check asks for.
 """
 
 import ctypes
+import math
 
 import pynvml
 
@@ -29,6 +30,11 @@ FIELD_COUNTERS = {
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("ecc_dbe", "ecc"),
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: ("ecc_sbe_aggregate", "ecc"),
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: ("ecc_dbe_aggregate", "ecc"),
+    # The device memory's lifetime counts: where a simulated GPU has its errors.
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_DEV: ("ecc_sbe_aggregate", "ecc"),
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_DEV: ("ecc_dbe_aggregate", "ecc"),
     pynvml.NVML_FI_DEV_REMAPPED_COR: ("remap_cor", "row_remapping"),
     pynvml.NVML_FI_DEV_REMAPPED_UNC: ("remap_unc", "row_remapping"),
     pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("remap_pending", "row_remapping"),
@@ -66,6 +72,34 @@ NARROW_COUNTERS_UNLESS = {
 }
 # The power fields (185-192) came with NVML 12: older drivers do not know them.
 POWER_FIELDS_SINCE_DRIVER = 525
+# Lifetime ECC counts of the on-chip locations, which nvmlMemoryLocation_t (nvml.h) counts apart only
+# before Turing: from Turing on it counts DRAM and SRAM, and SRAM has no field. Their errors here: none.
+ECC_ON_CHIP_FIELDS = {
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_L1, pynvml.NVML_FI_DEV_ECC_DBE_AGG_L1,
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_L2, pynvml.NVML_FI_DEV_ECC_DBE_AGG_L2,
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_REG, pynvml.NVML_FI_DEV_ECC_DBE_AGG_REG,
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TEX, pynvml.NVML_FI_DEV_ECC_DBE_AGG_TEX,
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_CBU,
+}
+PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
+# Each clock-event time counter (nanoseconds): the reason it times and the drivers that answer it
+# (first, last + 1), which answer the IDs of their own nvml.h: the perf-policy IDs for the power cap
+# and sync boost; the slowdowns at 251-253 in CUDA 12.9 and 13.0's (drivers 575 and 580), at 269-271
+# from CUDA 13.1's (driver 590).
+ALWAYS, OLD_NUMBERS, NEW_NUMBERS = (0, math.inf), (575, 590), (590, math.inf)
+_SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+_HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+CLOCK_EVENT_TIMES = {
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: (pynvml.nvmlClocksEventReasonSwPowerCap, ALWAYS),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: (pynvml.nvmlClocksEventReasonSyncBoost, ALWAYS),
+    251: (_SW_THERMAL, OLD_NUMBERS),
+    252: (_HW_THERMAL, OLD_NUMBERS),
+    253: (_POWER_BRAKE, OLD_NUMBERS),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (_SW_THERMAL, NEW_NUMBERS),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (_HW_THERMAL, NEW_NUMBERS),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (_POWER_BRAKE, NEW_NUMBERS),
+}
 
 
 @nvml("hip")
@@ -111,6 +145,10 @@ def _field(sim, device, counters, field_id, scope, now):
         return _power(sim, device, field_id, scope, now)
     if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
         return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+    if field_id in CLOCK_EVENT_TIMES:
+        return _clock_event_ns(sim, device, field_id, now)
+    if field_id in ECC_ON_CHIP_FIELDS:
+        return 0 if spec.get("ecc") and spec["architecture"] in PRE_TURING else None
     if field_id in PER_LINK_THROUGHPUT:
         links = spec.get("nvlink_links", 0)
         if scope >= links:
@@ -123,6 +161,11 @@ def _field(sim, device, counters, field_id, scope, now):
     if feature is not None and not spec.get(feature):
         return None
     return int(counters[key])
+
+
+def _clock_event_ns(sim, device, field_id, now):
+    reason, (first, after) = CLOCK_EVENT_TIMES[field_id]
+    return device.clock_event_ns(reason, now) if first <= driver_major(sim) < after else None
 
 
 def _power(sim, device, field_id, scope, now):
