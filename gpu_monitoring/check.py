@@ -33,6 +33,9 @@ CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
 SIDECAR_CAN_CONNECT = "sidecar.can_connect"
 CURSOR = "sidecar_event_cursor"
+# The NVLink links seen up (health.NvLinkMemory), kept across Agent restarts: this check judges the
+# snapshot in local and sidecar mode alike, so its cache serves both.
+NVLINK_SEEN_UP = "nvlink_seen_up"
 
 
 class GpuMonitoringCheck(AgentCheck, ConfigMixin):
@@ -76,6 +79,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self.options = derive(self.config, standing_in)
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
+        self._nvlink_up = health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
         self.settings = Settings(
             effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
@@ -106,6 +110,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             # What the profile does not send is not read, where a read gives nothing else: health
             # and attribution judge only metrics of the smallest profile or reads that give them.
             unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
+            unused_parts=frozenset(SPEC) - sent_in(self.options.metrics_profile, parts=True),
         )
 
     def _save_cursor(self, value: str) -> None:
@@ -130,7 +135,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source.submitted()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
-        self._nvlink_up.remember(snapshot.devices)
+        if self._nvlink_up.remember(snapshot.devices):
+            self.write_persistent_cache(NVLINK_SEEN_UP, self._nvlink_up.dumps())
 
     def cancel(self) -> None:
         if self.source is not None:
