@@ -56,7 +56,6 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
-        self._nvlink_up = health.NvLinkMemory()
         self._told: set = set()
 
     def load_configuration_models(self, package_path=None):
@@ -79,7 +78,6 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self.options = derive(self.config, standing_in)
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
-        self._nvlink_up = health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
         self.settings = Settings(
             effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
@@ -240,6 +238,11 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._told = set(attribution.problems)
 
     # --- health -----------------------------------------------------------------------
+
+    @cached_property
+    def _nvlink_up(self) -> health.NvLinkMemory:
+        """Read at the first run: the Agent gives a check its ID (which keys the cache) after making it."""
+        return health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
 
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         # By the GPU each event names, not by equal UUIDs: an event still finds a GPU the snapshot could
