@@ -33,6 +33,9 @@ CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
 SIDECAR_CAN_CONNECT = "sidecar.can_connect"
 CURSOR = "sidecar_event_cursor"
+# The NVLink links seen up (health.NvLinkMemory), kept across Agent restarts: this check judges the
+# snapshot in local and sidecar mode alike, so its cache serves both.
+NVLINK_SEEN_UP = "nvlink_seen_up"
 
 
 class GpuMonitoringCheck(AgentCheck, ConfigMixin):
@@ -53,7 +56,6 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
-        self._nvlink_up = health.NvLinkMemory()
         self._told: set = set()
 
     def load_configuration_models(self, package_path=None):
@@ -106,6 +108,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             # What the profile does not send is not read, where a read gives nothing else: health
             # and attribution judge only metrics of the smallest profile or reads that give them.
             unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
+            unused_parts=frozenset(SPEC) - sent_in(self.options.metrics_profile, parts=True),
         )
 
     def _save_cursor(self, value: str) -> None:
@@ -130,7 +133,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source.submitted()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
-        self._nvlink_up.remember(snapshot.devices)
+        if self._nvlink_up.remember(snapshot.devices):
+            self.write_persistent_cache(NVLINK_SEEN_UP, self._nvlink_up.dumps())
 
     def cancel(self) -> None:
         if self.source is not None:
@@ -234,6 +238,11 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._told = set(attribution.problems)
 
     # --- health -----------------------------------------------------------------------
+
+    @cached_property
+    def _nvlink_up(self) -> health.NvLinkMemory:
+        """Read at the first run: the Agent gives a check its ID (which keys the cache) after making it."""
+        return health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
 
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         # By the GPU each event names, not by equal UUIDs: an event still finds a GPU the snapshot could

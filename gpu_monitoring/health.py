@@ -1,7 +1,8 @@
 """Device health: one status per GPU with every reason behind it."""
 
+import json
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, List, Optional
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
 
 from . import xid
 from .service_checks import Status
@@ -29,13 +30,13 @@ def evaluate(
     xid_ignore: Iterable[int] = (),
     temperature_margin: float = 5,
     offered: Optional[bool] = None,
-    nvlink_seen_up: bool = False,
+    nvlink_seen_up: AbstractSet[int] = frozenset(),
 ) -> Health:
     """Apply the health rules to one device, given what it read last run and this run's events.
 
     `offered` is whether a Kubernetes device plugin advertises the GPU (None: not on Kubernetes, or
     the kubelet did not say): one it does not is a GPU pods wait for, Pending, while it sits unused.
-    `nvlink_seen_up` is whether an earlier run saw one of its NVLink links up (NvLinkMemory)."""
+    `nvlink_seen_up` is the NVLink links earlier runs saw up (NvLinkMemory)."""
     health = Health()
     if device.lost:
         health.add(Status.CRITICAL, f"GPU lost: {device.error}")
@@ -86,33 +87,75 @@ def _thermal(health: Health, m: dict, margin: float) -> None:
         )
 
 
-def _nvlink(health: Health, device: Device, seen_up: bool) -> None:
-    # An inactive link is down on a GPU that has had a link up, now or in an earlier run. One whose
-    # every link has been inactive all along has no NVLink peer: an A100 or H100 PCIe card without a
-    # bridge still counts its links (NVML_FI_DEV_NVLINK_LINK_COUNT) and reads each one inactive.
-    if device.nvlink_down and (seen_up or _links_up(device)):
-        health.add(Status.WARNING, f"NVLink down: link {', '.join(map(str, device.nvlink_down))}")
+# NVML_FI_DEV_NVLINK_GET_STATE's values. nvml.h (CUDA 13.3): INACTIVE 0, ACTIVE 1, SLEEP 2 (low power,
+# not down). NVML's change log (v610 to v615) adds ACTIVE_TRAFFIC_DISABLED, 3: trained, yet carrying
+# nothing, a fault. Any other value is none of these, and is neither trusted up nor blamed down.
+LINK_INACTIVE, LINK_ACTIVE, LINK_SLEEP, LINK_TRAFFIC_DISABLED = 0, 1, 2, 3
+LINK_UP = (LINK_ACTIVE, LINK_SLEEP)
 
 
-def _links_up(device: Device) -> bool:
-    return bool(device.metrics.get("nvlink.links.active"))
+def _nvlink(health: Health, device: Device, seen_up: AbstractSet[int]) -> None:
+    # An inactive link is down on a GPU that has another link up, or that had this link up in an
+    # earlier run (of this Agent or one before it). One whose every link has been inactive all along
+    # has no NVLink peer: an A100 or H100 PCIe card without a bridge still counts its links
+    # (NVML_FI_DEV_NVLINK_LINK_COUNT) and reads each one inactive.
+    states = list(enumerate(device.nvlink_states))
+    any_up = any(state in LINK_UP for _, state in states)
+    down = [link for link, state in states if state == LINK_INACTIVE and (any_up or link in seen_up)]
+    if down:
+        health.add(Status.WARNING, f"NVLink down: link {_links(down)}")
+    disabled = [link for link, state in states if state == LINK_TRAFFIC_DISABLED]
+    if disabled:
+        health.add(Status.WARNING, f"NVLink up but its traffic disabled: link {_links(disabled)}")
+    unknown = [f"{link} ({state})" for link, state in states if state is not None and state not in _KNOWN]
+    if unknown:
+        health.add(Status.WARNING, f"NVLink state unknown: link {', '.join(unknown)}")
+
+
+_KNOWN = (LINK_INACTIVE, LINK_ACTIVE, LINK_SLEEP, LINK_TRAFFIC_DISABLED)
+
+
+def _links(links: Iterable[int]) -> str:
+    return ", ".join(map(str, links))
+
+
+def links_up(device: Device) -> FrozenSet[int]:
+    return frozenset(link for link, state in enumerate(device.nvlink_states) if state in LINK_UP)
 
 
 class NvLinkMemory:
-    """The GPUs, by UUID, that have had an NVLink link up since the check started."""
+    """The NVLink links, by GPU UUID, seen up since the check first ran; kept as JSON (`dumps`,
+    `loads`) in the Agent's persistent cache, so that a link that goes down across a restart is
+    still a link that was up."""
 
-    def __init__(self) -> None:
-        self._up: FrozenSet[str] = frozenset()
+    def __init__(self, up: Optional[Dict[str, FrozenSet[int]]] = None) -> None:
+        self._up: Dict[str, FrozenSet[int]] = dict(up or {})
 
-    def seen_up(self, uuid: Optional[str]) -> bool:
-        return uuid in self._up
+    def seen_up(self, uuid: Optional[str]) -> FrozenSet[int]:
+        return self._up.get(uuid or "", frozenset())
 
-    def remember(self, devices: Iterable[Device]) -> None:
-        """Add this run's GPUs with a link up. Only GPUs this run lists are kept (a lost one too,
-        while it is listed), so a GPU that is gone is forgotten and the memory stays node-sized."""
-        self._up = frozenset(
-            d.uuid for d in devices if d.uuid and (d.uuid in self._up or _links_up(d))
-        )
+    def remember(self, devices: Iterable[Device]) -> bool:
+        """Add this run's links up; whether that changed anything. Only GPUs this run lists are kept
+        (a lost one too, while it is listed), so a GPU that is gone is forgotten and the memory stays
+        node-sized."""
+        up = {d.uuid: self.seen_up(d.uuid) | links_up(d) for d in devices if d.uuid}
+        up = {uuid: links for uuid, links in up.items() if links}
+        changed = up != self._up
+        self._up = up
+        return changed
+
+    def dumps(self) -> str:
+        return json.dumps({uuid: sorted(links) for uuid, links in self._up.items()}, sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> "NvLinkMemory":
+        """The memory `dumps` wrote; empty where there is none or it cannot be read (a GPU then has
+        to show a link up again before a link of it counts as down)."""
+        try:
+            raw = json.loads(text) if text else {}
+            return cls({str(uuid): frozenset(int(link) for link in links) for uuid, links in raw.items()})
+        except (ValueError, TypeError, AttributeError):
+            return cls()
 
 
 def _pcie(health: Health, m: dict) -> None:

@@ -32,6 +32,13 @@ class Metric:
     unit: str = ""
     per_unit: str = ""
     orientation: int = 0
+    # The lowest metrics_profile that sends its series of a part of the GPU (one per NVLink link or
+    # memory location), where that differs from `profile`, the GPU's own series'.
+    part_profile: str = ""
+
+    @property
+    def parts_profile(self) -> str:
+        return self.part_profile or self.profile
 
     @property
     def full_name(self) -> str:
@@ -44,18 +51,20 @@ def load() -> Dict[str, Metric]:
     for metric in metrics.values():
         if metric.type not in METADATA_TYPES:
             raise ValueError(f"{metric.name}: unknown type {metric.type!r}")
-        if metric.profile not in PROFILES:
-            raise ValueError(f"{metric.name}: unknown profile {metric.profile!r}")
+        if metric.profile not in PROFILES or metric.parts_profile not in PROFILES:
+            raise ValueError(f"{metric.name}: unknown profile {metric.profile!r} or {metric.part_profile!r}")
     return metrics
 
 
 SPEC: Dict[str, Metric] = load()
 
 
-def sent_in(profile: str) -> FrozenSet[str]:
-    """The names of the metrics a `metrics_profile` sends."""
+def sent_in(profile: str, parts: bool = False) -> FrozenSet[str]:
+    """The names of the metrics a `metrics_profile` sends for a GPU itself, or with `parts` for its
+    parts (series tagged with the part, such as `nvlink_port`)."""
     rank = PROFILES.index(profile)
-    return frozenset(name for name, metric in SPEC.items() if PROFILES.index(metric.profile) <= rank)
+    return frozenset(name for name, metric in SPEC.items()
+                     if PROFILES.index(metric.parts_profile if parts else metric.profile) <= rank)
 
 
 def _sent_with(profile: str) -> str:
@@ -63,6 +72,12 @@ def _sent_with(profile: str) -> str:
     if rank == 0:
         return "sent in every metrics_profile"
     return "sent with metrics_profile " + " or ".join(PROFILES[rank:])
+
+
+def _parts_sent_with(metric: Metric) -> str:
+    if not metric.part_profile:
+        return ""
+    return f"; its series per part (the tag the description names), {_sent_with(metric.part_profile)}"
 
 
 def metadata_csv() -> str:
@@ -73,6 +88,7 @@ def metadata_csv() -> str:
         short = metric.name.replace("_", " ").replace(".", " ")
         writer.writerow([
             metric.full_name, METADATA_TYPES[metric.type], "", metric.unit, metric.per_unit,
-            f"{metric.description} ({_sent_with(metric.profile)})", metric.orientation, NAMESPACE, short, "", "",
+            f"{metric.description} ({_sent_with(metric.profile)}{_parts_sent_with(metric)})", metric.orientation,
+            NAMESPACE, short, "", "",
         ])
     return out.getvalue()

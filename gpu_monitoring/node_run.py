@@ -62,6 +62,7 @@ class NodeReader:
         lost_restart_interval: float = 300.0,
         watch_events: bool = True,
         unused: AbstractSet[str] = frozenset(),
+        unused_parts: AbstractSet[str] = frozenset(),
     ):
         self.session = session
         self.disabled = set(disabled)
@@ -77,7 +78,7 @@ class NodeReader:
         self._readings: Dict[Device, Readings] = {}  # each device's, for as long as the session lasts
         self._build_collectors()
         for collector in self.collectors:
-            collector.unused = unused
+            collector.unused, collector.unused_parts = unused, unused_parts
 
     def _build_collectors(self) -> None:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]

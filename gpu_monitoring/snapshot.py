@@ -125,7 +125,9 @@ class Device:
     tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
     mig_instances: List[MigInstance] = field(default_factory=list)
-    nvlink_down: List[int] = field(default_factory=list)
+    # Each NVLink link's state (NVML_FI_DEV_NVLINK_GET_STATE) in link order; None where the driver
+    # did not answer. Health judges it in every metrics profile.
+    nvlink_states: List[Optional[int]] = field(default_factory=list)
     unsupported: List[str] = field(default_factory=list)
 
 

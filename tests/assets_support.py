@@ -131,6 +131,8 @@ def _scenarios(directory: Path) -> List[tuple]:
         # To t=120: the XIDs, a lost GPU, ECC, heat, then link faults and a driver reload.
         ("faults", 9, {"default_hourly_price": 2.0}),
         (str(held_path), 3, {"hourly_price": {"NVIDIA H100*": 4.0}}),
+        # NVLink 5's counters answer only on Blackwell.
+        (str(Path(__file__).parent / "data" / "nvlink5-board.yaml"), 3, {}),
     ]
 
 

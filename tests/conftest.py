@@ -38,6 +38,8 @@ models:
 INTERVAL = 15
 NAMESPACE = "gpu_monitoring."
 HEALTH = "gpu_monitoring.device.health"
+# Tags of a series of part of a GPU: a MIG instance, an NVLink link.
+PARTS = {"gpu_instance_id", "nvlink_port"}
 
 
 def tag_dict(tags):
@@ -96,8 +98,13 @@ class SimulatedNode:
         return out
 
     def values(self, metric):
-        """{gpu index: value} of a physical GPU's series (MIG instance series left out)."""
-        return self.keyed(metric, lambda t: None if "gpu_instance_id" in t else int(t["gpu_index"]))
+        """{gpu index: value} of a physical GPU's own series (MIG instances' and NVLink links' left out)."""
+        return self.keyed(metric, lambda t: None if PARTS & set(t) else int(t["gpu_index"]))
+
+    def link_values(self, metric):
+        """{(gpu index, NVLink port): value} of per-link series."""
+        return self.keyed(metric, lambda t: (int(t["gpu_index"]), int(t["nvlink_port"])) if "nvlink_port" in t
+                          else None)
 
     def instance_values(self, metric):
         """{(gpu index, gpu instance id): value} of MIG instance series."""

@@ -1,5 +1,6 @@
 """Collectors produce only series declared against metrics.yaml, and the node run tells them when a run begins."""
 
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -31,12 +32,12 @@ def test_a_misspelt_metric_fails_where_it_is_declared():
 def test_readings_are_stored_by_kind_and_part():
     device = Device(index=0, uuid="GPU-0")
     store([
-        (gauge("temperature"), 41), (gauge("fan.speed"), None), (fact("nvlink_down"), [3]),
+        (gauge("temperature"), 41), (gauge("fan.speed"), None), (fact("nvlink_states"), [1, 0]),
         (gauge("nvlink.throughput.tx", ("nvlink_port:3",)), 5.0), (gauge("nvlink.throughput.tx"), 7.0),
     ], device)
     assert device.metrics == {"temperature": 41, "nvlink.throughput.tx": 7.0}
     assert device.tagged_metrics == {"nvlink_port:3": {"nvlink.throughput.tx": 5.0}}
-    assert device.nvlink_down == [3]
+    assert device.nvlink_states == [1, 0]
 
 
 def _snapshots(scenario: str, runs: int = 3) -> List[Snapshot]:
@@ -55,11 +56,15 @@ def _snapshots(scenario: str, runs: int = 3) -> List[Snapshot]:
         node.stop()
 
 
+# NVLink 5's counters answer only on Blackwell: a board of two, beside the shipped scenarios.
+NVLINK5_BOARD = str(Path(__file__).parent / "data" / "nvlink5-board.yaml")
+
+
 @pytest.fixture(scope="module")
 def produced() -> dict:
     """Every metric each scenario's collectors produced over three runs, by scenario."""
     found = {}
-    for scenario in simulator.available():
+    for scenario in [*simulator.available(), NVLINK5_BOARD]:
         names = set()
         for snapshot in _snapshots(scenario):
             for device in snapshot.devices:

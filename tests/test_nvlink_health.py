@@ -136,11 +136,11 @@ def test_the_check_remembers_links_across_sidecar_restarts(tmp_path, datadog_age
 @pytest.mark.parametrize("lost", [False, True])
 def test_a_gpu_is_remembered_while_listed_and_forgotten_when_gone(lost):
     memory = NvLinkMemory()
-    memory.remember([Device(index=0, uuid="GPU-up", metrics={"nvlink.links.active": 12}),
-                     Device(index=1, uuid="GPU-never", metrics={"nvlink.links.active": 0})])
-    assert memory.seen_up("GPU-up") and not memory.seen_up("GPU-never")
+    memory.remember([Device(index=0, uuid="GPU-up", nvlink_states=[1] * 12),
+                     Device(index=1, uuid="GPU-never", nvlink_states=[0] * 12)])
+    assert memory.seen_up("GPU-up") == frozenset(range(12)) and not memory.seen_up("GPU-never")
     # Down now (or fallen off the bus, with nothing read): still a GPU whose links were up.
-    memory.remember([Device(index=0, uuid="GPU-up", lost=lost, metrics={} if lost else {"nvlink.links.active": 0})])
-    assert memory.seen_up("GPU-up")
+    memory.remember([Device(index=0, uuid="GPU-up", lost=lost, nvlink_states=[] if lost else [0] * 12)])
+    assert memory.seen_up("GPU-up") == frozenset(range(12))
     memory.remember([])  # the GPU is gone from the node
     assert not memory.seen_up("GPU-up")

@@ -16,10 +16,13 @@ class Collector:
     # Metrics nobody submits nor judges (what the metrics profile leaves out): a read that gives
     # only these is not made. The node run sets it; a sidecar, serving any profile, reads all.
     unused: AbstractSet[str] = frozenset()
+    # The same for series of a part of the GPU (one NVLink link's), which a profile may leave out
+    # while it sends the GPU's own series of that name.
+    unused_parts: AbstractSet[str] = frozenset()
 
     def wants(self, series: Series) -> bool:
         """Whether a read that gives this series is worth its NVML call."""
-        return series.name not in self.unused
+        return series.name not in (self.unused_parts if series.tags else self.unused)
 
     def fields(self, device: Device, links: int) -> Iterable[FieldKey]:
         """Readings (nvml.readings) this collector wants of a device with this many NVLink links:

@@ -1,13 +1,20 @@
-"""NVLink state, throughput and error counters, all from the batched field values."""
+"""NVLink state, throughput and error counters, per GPU and per link, all from the batched field values."""
 
 import functools
+from functools import cached_property
 from operator import itemgetter
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
+from ..metric_spec import SPEC
 from ..nvml.device import Device
 from ..nvml.fields import FieldKey
+from ..nvml.readings import CRC_FLIT_BY_LINK, FEC_BINS
 from .base import Collector, CounterRates, Fields, from_fields
-from .series import Reading, fact, gauge, monotonic_count
+from .series import Reading, Series, fact, gauge, monotonic_count
+
+# nvml.h: NVML_NVLINK_STATE_INACTIVE 0, _ACTIVE 1, _SLEEP 2 (a link asleep to save power is up).
+INACTIVE, ACTIVE, SLEEP = 0, 1, 2
+UP = (ACTIVE, SLEEP)
 
 ERRORS = {
     ("nvlink_crc_flit", 0): monotonic_count("nvlink.errors.crc_flit"),
@@ -15,51 +22,137 @@ ERRORS = {
     ("nvlink_replay", 0): monotonic_count("nvlink.errors.replay"),
     ("nvlink_recovery", 0): monotonic_count("nvlink.errors.recovery"),
 }
+# Per-link counters (readings) by metric; the CRC ones exist for the links nvml.h numbers fields for.
+LINK_ERRORS = {
+    "nvlink_link_replay": "nvlink.errors.replay",
+    "nvlink_link_recovery": "nvlink.errors.recovery",
+    "nvlink_link_crc_flit": "nvlink.errors.crc_flit",
+    "nvlink_link_crc_data": "nvlink.errors.crc_data",
+}
+CRC_LINKS = len(CRC_FLIT_BY_LINK)
+# NVLink 5, per link and for the GPU: the GPU's effective errors are its links' sum, its BERs the worst link's.
+NVLINK5 = {
+    "nvlink_effective_errors": (monotonic_count("nvlink.errors.effective"), sum),
+    "nvlink_effective_ber": (gauge("nvlink.ber.effective"), max),
+    "nvlink_symbol_ber": (gauge("nvlink.ber.symbol"), max),
+}
+FEC = tuple(f"nvlink_fec_{n}" for n in range(FEC_BINS))
+LINKS_TOTAL = gauge("nvlink.links.total")
 LINKS_ACTIVE = gauge("nvlink.links.active")
-LINKS_DOWN = fact("nvlink_down")
+LINKS_INACTIVE = gauge("nvlink.links.inactive")
+LINK_STATES = fact("nvlink_states")
 THROUGHPUT = (gauge("nvlink.throughput.tx"), gauge("nvlink.throughput.rx"))
 
 
 class NvLink(Collector):
-    """Throughput is the rate of NVML's per-link KiB counters between two runs."""
+    """Throughput is the rate of NVML's per-link KiB counters between two runs. Per-link series are
+    read only where the metrics profile sends them; the links' states always (health judges them)."""
 
     name = "nvlink"
 
     def __init__(self) -> None:
         self._rates = CounterRates()
 
+    @cached_property
+    def _wanted(self) -> Dict[str, bool]:
+        """Which groups of reads the profile sends something of (`unused` is set before the first run)."""
+        return {
+            "link_throughput": self.wants(link_series("nvlink.throughput.tx", 0)),
+            "link_errors": self.wants(link_series("nvlink.errors.replay", 0)),
+            "nvlink5": any(self.wants(s) or self.wants(link_series(s.name, 0)) for s, _ in NVLINK5.values()),
+            "link_nvlink5": self.wants(link_series("nvlink.errors.effective", 0)),
+            "fec": self.wants(link_series("nvlink.errors.fec", 0, 0)),
+        }
+
     def fields(self, device: Device, links: int):
         if not links:
             return []
-        return [key for per_link in _keys(links) for key in per_link] + list(ERRORS)
+        keys = _keys(links)
+        names = ["nvlink_state", "nvlink_tx_kib", "nvlink_rx_kib"]
+        names += list(LINK_ERRORS) if self._wanted["link_errors"] else []
+        names += list(NVLINK5) if self._wanted["nvlink5"] else []
+        names += list(FEC) if self._wanted["fec"] else []
+        return [key for name in names for key in keys[name]] + list(ERRORS)
 
     def collect(self, device: Device, fields: Fields) -> List[Reading]:
         links = fields.links
         if not links:
             return []
-        state_keys, tx_keys, rx_keys = _keys(links)
-        states = _every_link(fields, state_keys)
-        # Where the driver answered the state of some links only, those are counted.
-        by_link = dict(enumerate(states)) if states else {key[1]: fields[key] for key in state_keys if key in fields}
-        found = from_fields(fields, ERRORS)
-        if by_link:
-            found += [(LINKS_ACTIVE, sum(1 for up in by_link.values() if up)),
-                      (LINKS_DOWN, [link for link, up in by_link.items() if not up])]
-        tx, rx = _every_link(fields, tx_keys), _every_link(fields, rx_keys)
-        if tx and rx:
-            rates = self._rates.update(device.index, fields.timestamp_us, (sum(tx) * 1024.0, sum(rx) * 1024.0))
-            found += zip(THROUGHPUT, rates or ())
+        keys = _keys(links)
+        found = from_fields(fields, ERRORS) + self._states(fields, keys["nvlink_state"], links)
+        found += self._throughput(device, fields, keys)
+        wanted = self._wanted
+        if wanted["link_errors"]:
+            found += [(link_series(metric, link), fields[key])
+                      for name, metric in LINK_ERRORS.items() for link, key in enumerate(keys[name]) if key in fields]
+        if wanted["nvlink5"]:
+            found += _nvlink5(fields, keys, links, wanted["link_nvlink5"])
+        if wanted["fec"]:
+            found += [(link_series("nvlink.errors.fec", link, n), fields[key])
+                      for n, name in enumerate(FEC) for link, key in enumerate(keys[name]) if key in fields]
+        return found
+
+    @staticmethod
+    def _states(fields: Fields, keys: Tuple[FieldKey, ...], links: int) -> List[Reading]:
+        # A link the driver did not answer for is None: health neither trusts nor blames it.
+        states = [None if key not in fields else int(fields[key]) for key in keys]
+        found: List[Reading] = [(LINKS_TOTAL, links)]
+        if any(state is not None for state in states):
+            found += [(LINK_STATES, states),
+                      (LINKS_ACTIVE, sum(1 for state in states if state in UP)),
+                      (LINKS_INACTIVE, states.count(INACTIVE))]
+        return found
+
+    def _throughput(self, device: Device, fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[Reading]:
+        tx, rx = _every_link(fields, keys["nvlink_tx_kib"]), _every_link(fields, keys["nvlink_rx_kib"])
+        if not (tx and rx):
+            return []
+        rates = self._rates.update(device.index, fields.timestamp_us, tuple(kib * 1024.0 for kib in tx + rx))
+        if rates is None:
+            return []
+        links = len(tx)
+        found: List[Reading] = [(THROUGHPUT[0], sum(rates[:links])), (THROUGHPUT[1], sum(rates[links:]))]
+        if self._wanted["link_throughput"]:
+            found += [(link_series(series.name, link), rate)
+                      for series, half in zip(THROUGHPUT, (rates[:links], rates[links:]))
+                      for link, rate in enumerate(half)]
         return found
 
     def forget(self) -> None:
         self._rates.forget()
 
 
+def _nvlink5(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]], links: int, per_link: bool) -> List[Reading]:
+    """What a field the driver refuses (any GPU before NVLink 5) gives: nothing."""
+    found: List[Reading] = []
+    for name, (series, aggregate) in NVLINK5.items():
+        answered = [(link, fields[key]) for link, key in enumerate(keys[name]) if key in fields]
+        if not answered:
+            continue
+        # A sum over some links only would fall and rise again, which reads as a counter reset.
+        if aggregate is max or len(answered) == links:
+            found.append((series, aggregate(value for _, value in answered)))
+        if per_link:
+            found += [(link_series(series.name, link), value) for link, value in answered]
+    return found
+
+
 @functools.cache
-def _keys(links: int) -> Tuple[Tuple[FieldKey, ...], ...]:
-    """The per-link keys of state, TX and RX for this many links, made once."""
-    names = ("nvlink_state", "nvlink_tx_kib", "nvlink_rx_kib")
-    return tuple(tuple((name, link) for link in range(links)) for name in names)
+def link_series(name: str, link: int, fec_bin: int = -1) -> Series:
+    """A metric's series of one link (and FEC bin), made once."""
+    tags = (f"nvlink_port:{link}",) + ((f"fec_bin:{fec_bin}",) if fec_bin >= 0 else ())
+    return (monotonic_count if SPEC[name].type == "monotonic_count" else gauge)(name, tags)
+
+
+@functools.cache
+def _keys(links: int) -> Dict[str, Tuple[FieldKey, ...]]:
+    """The per-link keys of each per-link reading for this many links, made once."""
+    per_link = ("nvlink_state", "nvlink_tx_kib", "nvlink_rx_kib", *LINK_ERRORS, *NVLINK5, *FEC)
+    keys = {name: tuple((name, link) for link in range(links)) for name in per_link}
+    # Each link's CRC counters have a field of their own (readings.CRC_FLIT_BY_LINK), links 0-11.
+    for name in ("nvlink_link_crc_flit", "nvlink_link_crc_data"):
+        keys[name] = tuple((f"{name}_{link}", link) for link in range(min(links, CRC_LINKS)))
+    return keys
 
 
 def _every_link(fields: Fields, keys: Tuple[FieldKey, ...]) -> Tuple[float, ...]:

@@ -103,7 +103,9 @@ def nvlink_state(device: Device, link: int, links: int) -> Dict[str, float]:
 
 def nvlink_link_count(device: Device, scope: int, links: int) -> Dict[str, float]:
     """Links are numbered from 0: the count is how many answer nvmlDeviceGetNvLinkState before the
-    first that does not (one call on a GPU without NVLink). Read once a session (Readings.links)."""
+    first the driver rejects: INVALID_ARGUMENT past the GPU's own count (a GB200 has 18 links, while
+    NVML_NVLINK_MAX_LINKS is 36), NOT_SUPPORTED on a GPU without NVLink (one call). Read once a
+    session (Readings.links)."""
     found = 0
     while found < pynvml.NVML_NVLINK_MAX_LINKS and device.ask(_link_state(found)) is not None:
         found += 1

@@ -29,7 +29,7 @@ count, GPM support) are not in this list.
 """
 
 from functools import cached_property
-from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 import pynvml
 
@@ -43,6 +43,30 @@ class Reading(NamedTuple):
     field_id: int
     fallback: Optional[Reader] = None  # None: no function gives the value (the table says why)
     wide: bool = False  # a counter only of use in 64 bits: a 32-bit answer counts as refused
+    decode: Optional[Callable[[float], float]] = None  # what the answer packs, read as the value it means
+
+
+# nvml.h (CUDA 13) numbers the per-link CRC counters' fields by link, for links 0-11 only (…_L0 to
+# …_L5, then …_L6 to …_L11 further on); links past 11 have no such field.
+def _by_link(first: int, sixth: int) -> Tuple[int, ...]:
+    """Field IDs of links 0-11: links 0-5 from `first` on, links 6-11 from `sixth` on."""
+    return tuple(range(first, first + 6)) + tuple(range(sixth, sixth + 6))
+
+
+CRC_FLIT_BY_LINK = _by_link(pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0,
+                            pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L6)
+CRC_DATA_BY_LINK = _by_link(pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0,
+                            pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6)
+# NVML_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0 to _15 (nvml.h: 235-250), the link in the scope.
+FEC_BINS = 16
+
+
+def decode_ber(packed: float) -> float:
+    """A BER field's value: nvml.h packs the exponent in bits 0-7 and the mantissa in bits 8-11
+    (NVML_NVLINK_BER_EXP_* and NVML_NVLINK_BER_MANTISSA_*, which pynvml lacks), the rate being
+    mantissa x 10^-exponent."""
+    packed = int(packed)
+    return (packed >> 8 & 0xF) * 10.0 ** -(packed & 0xFF)
 
 
 READINGS: Dict[str, Reading] = {
@@ -87,6 +111,20 @@ READINGS: Dict[str, Reading] = {
     # a root-only setting shared with every other tool on the node.
     "nvlink_tx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
     "nvlink_rx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+    # Per link, the link in the scope. No fallback: nvmlDeviceGetNvLinkErrorCounter would cost a call
+    # per link and counter, where these cost none. nvml.h: REPLAY and RECOVERY are unsupported on
+    # Blackwell and later (NVLink 5 counts recoveries in NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*).
+    "nvlink_link_replay": Reading(pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY),
+    "nvlink_link_recovery": Reading(pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY),
+    # One field per link (links 0-11), the link in the scope too as nvml.h asks.
+    **{f"nvlink_link_crc_flit_{link}": Reading(field_id) for link, field_id in enumerate(CRC_FLIT_BY_LINK)},
+    **{f"nvlink_link_crc_data_{link}": Reading(field_id) for link, field_id in enumerate(CRC_DATA_BY_LINK)},
+    # NVLink 5 (Blackwell), per link: errors left after forward error correction, the bit error
+    # rates after and before it, and the FEC history (bin n: codewords corrected with n symbol errors).
+    "nvlink_effective_errors": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS),
+    "nvlink_effective_ber": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER, decode=decode_ber),
+    "nvlink_symbol_ber": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER, decode=decode_ber),
+    **{f"nvlink_fec_{n}": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0 + n) for n in range(FEC_BINS)},
 }
 # The aggregate counts by memory location, named as nvmlMemoryLocation_t names the locations. nvml.h
 # has these fields for the pre-Turing locations; from Turing on its enum counts DRAM (the device
@@ -166,6 +204,7 @@ class Readings:
         # What the driver has no field for is known before asking: never asked, no fallback.
         self.batch.refused.update((name, 0) for name in unknown)
         self.wanted: FrozenSet[FieldKey] = frozenset()
+        self._decoded: Tuple[Optional[FrozenSet[FieldKey]], tuple] = (None, ())
 
     @cached_property
     def links(self) -> int:
@@ -176,6 +215,9 @@ class Readings:
         """This run's values of the wanted keys the device gives."""
         links = self.links
         values = self._read(self.wanted, links)
+        for key, decode in self._decoders():
+            if key in values:
+                values[key] = decode(values[key])
         values.timestamp_us = self.batch.timestamp_us
         values.links = links
         return values
@@ -187,6 +229,13 @@ class Readings:
             for answered, value in reader(self.device, scope, links).items():
                 values.setdefault((answered, scope), value)
         return values
+
+    def _decoders(self) -> Tuple[Tuple[FieldKey, Callable[[float], float]], ...]:
+        """The wanted keys whose answers need decoding, worked out again only when `wanted` changes."""
+        if self._decoded[0] is not self.wanted:
+            found = tuple((key, READINGS[key[0]].decode) for key in self.wanted if READINGS[key[0]].decode)
+            self._decoded = (self.wanted, found)
+        return self._decoded[1]
 
     def _fallbacks(self, wanted: FrozenSet[FieldKey]) -> Tuple[Tuple[Reader, int], ...]:
         """The readers (and scopes) of the wanted keys the batch will never answer, each once: worked

@@ -10,7 +10,7 @@ import ctypes
 import pynvml
 
 from .abi import array_at, nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
-from .device_model import MIB, link_share
+from .device_model import MIB
 
 OK = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -278,11 +278,22 @@ def nvmlDeviceGetPcieReplayCounter(sim, target, out):
     return _counter(sim, target, out, "pcie_replay", None)
 
 
+def _link_refused(device, link: int):
+    """How a driver refuses a link: NOT_SUPPORTED on a GPU without NVLink, INVALID_ARGUMENT past the
+    GPU's own count (seen on GB200: 18 links, where nvml.h's NVML_NVLINK_MAX_LINKS is 36); None for a link it has."""
+    links = device.spec.get("nvlink_links", 0)
+    if not links:
+        return NOT_SUPPORTED
+    return pynvml.NVML_ERROR_INVALID_ARGUMENT if link >= links else None
+
+
 @nvml("hup")
 def nvmlDeviceGetNvLinkState(sim, target, link, out):
-    if link >= target.device.spec.get("nvlink_links", 0):
-        return NOT_SUPPORTED
-    put_uint(out, int(target.device.nvlink_active(link, sim.now())))
+    refused = _link_refused(target.device, link)
+    if refused is not None:
+        return refused
+    # Enabled or disabled only: a link up with its traffic disabled is enabled.
+    put_uint(out, int(target.device.nvlink_state(link, sim.now()) != 0))
     return OK
 
 
@@ -296,11 +307,13 @@ NVLINK_ERROR_COUNTERS = {
 
 @nvml("huup")
 def nvmlDeviceGetNvLinkErrorCounter(sim, target, link, counter, out):
-    links = target.device.spec.get("nvlink_links", 0)
-    if link >= links or counter not in NVLINK_ERROR_COUNTERS:
+    refused = _link_refused(target.device, link)
+    if refused is not None:
+        return refused
+    # NVML's change log (v570): not supported on Blackwell, whose NVLink 5 counts errors otherwise.
+    if counter not in NVLINK_ERROR_COUNTERS or target.device.nvlink_version >= 5:
         return NOT_SUPPORTED
-    total = int(target.device.counters(sim.now())[NVLINK_ERROR_COUNTERS[counter]])
-    put_ulonglong(out, link_share(total, links, link))
+    put_ulonglong(out, target.device.nvlink_link_counters(sim.now())[NVLINK_ERROR_COUNTERS[counter]][link])
     return OK
 
 

@@ -8,6 +8,7 @@ change flags, counters and clock-event reasons; none of this keeps mutable state
 
 import hashlib
 import math
+from functools import cached_property
 from typing import Dict, List, Optional
 
 import pynvml
@@ -82,6 +83,7 @@ class SimDevice:
         self.faults = [f for f in faults if f.device == spec.index]
         self.load = LoadCurve(spec.load, ("gpu", spec.uuid))
         self.mig = [SimMigInstance(self, m) for m in spec.mig]
+        self._link_counters: tuple = (None, {})
 
     # --- faults ---------------------------------------------------------------------
 
@@ -193,10 +195,70 @@ class SimDevice:
         counts the links, every one inactive, and nothing crosses them."""
         return bool(self.spec.get("nvlink_bridge", True))
 
-    def nvlink_active(self, link: int, now: float) -> bool:
+    def nvlink_state(self, link: int, now: float) -> int:
+        """NVML_FI_DEV_NVLINK_GET_STATE's value: 1 active; an `nvlink_down` fault's `state` (default
+        0, inactive; 3 is up with its traffic disabled) while it lasts; 0 on every link without a bridge."""
         if not self.nvlink_bridged:
-            return False
-        return not any(f.params.get("link") == link for f in self._active("nvlink_down", now))
+            return 0
+        faults = [f for f in self._active("nvlink_down", now) if f.params.get("link") == link]
+        return int(faults[-1].params.get("state", 0)) if faults else 1
+
+    def nvlink_active(self, link: int, now: float) -> bool:
+        return self.nvlink_state(link, now) == 1
+
+    @property
+    def nvlink_version(self) -> int:
+        """The NVLink generation (`nvlink_version`); NVLink 5 (Blackwell) answers its own counters."""
+        return int(self.spec.get("nvlink_version", 4))
+
+    def nvlink_link_counters(self, now: float) -> Dict[str, List[int]]:
+        """Each link's counters, by name: its share of the GPU's traffic and of the scenario's error
+        counts (unequal, as on a real board), and the errors of the faults on that link. One field
+        call reads them for every entry: worked out once per instant."""
+        if self._link_counters[0] != now:
+            self._link_counters = (now, self._count_links(now))
+        return self._link_counters[1]
+
+    def _count_links(self, now: float) -> Dict[str, List[int]]:
+        weights = self._link_weights
+        carried = self.load_integral(now) if self.nvlink_bridged else 0
+        kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * carried / 100 / 1024
+        values = {"nvlink_tx_kib": [int(kib * w) for w in weights],
+                  "nvlink_rx_kib": [int(kib * 0.97 * w) for w in weights]}
+        base = self.spec.get("counters", {})
+        fired = self._fired("nvlink_down", now)
+        down = [sum(int(f.params.get("count", 1)) for f in fired if f.params.get("link") == link)
+                for link in range(len(weights))]
+        for name in ("crc_flit", "crc_data", "replay", "recovery"):
+            split = _split(base.get(f"nvlink_{name}", 0), weights)
+            values[f"nvlink_{name}"] = [part + faults for part, faults in zip(split, down)]
+        if self.nvlink_version >= 5:
+            values.update(self._nvlink5(now, weights, down))
+        return values
+
+    def _nvlink5(self, now: float, weights: List[float], down: List[int]) -> Dict[str, List[int]]:
+        """NVLink 5's counters: effective errors at `nvlink_effective_errors_per_hour` over the GPU,
+        the BERs packed as nvml.h packs them (mantissa in bits 8-11, exponent in bits 0-7), and FEC
+        history bins, codewords corrected with n symbol errors, fewer the more errors."""
+        per_hour = float(self.spec.get("nvlink_effective_errors_per_hour", 0))
+        links = len(weights)
+        effective = [int(per_hour * now / 3600 * w) + faults for w, faults in zip(weights, down)]
+        values = {
+            "nvlink_effective_errors": effective,
+            # A link that counts effective errors has a BER of a few 1e-13, the others a few 1e-15.
+            "nvlink_effective_ber": [(1 + link % 9) << 8 | (13 if n else 15) for link, n in enumerate(effective)],
+            "nvlink_symbol_ber": [(1 + (link * 7) % 9) << 8 | 9 for link in range(links)],
+        }
+        for n in range(16):
+            values[f"nvlink_fec_{n}"] = [int(now * 5e5 * w / 8 ** n) for w in weights]
+        return values
+
+    @cached_property
+    def _link_weights(self) -> List[float]:
+        """Each link's share of the GPU's NVLink traffic and errors, fixed per GPU and link."""
+        links = self.spec.get("nvlink_links", 0)
+        raw = [1 + 0.3 * _jitter(self.spec.uuid, "nvlink", link) for link in range(links)]
+        return [w * links / sum(raw) for w in raw] if raw else []
 
     def processes(self, now: float, gpu_instance: Optional[int] = None) -> List[Dict]:
         if self.mig:
@@ -234,16 +296,14 @@ class SimDevice:
         # Lifetime counts: those before this boot (`ecc_sbe_aggregate` in the scenario) and this boot's.
         for kind in ("ecc_sbe", "ecc_dbe"):
             values[f"{kind}_aggregate"] = base.get(f"{kind}_aggregate", 0) + values[kind]
-        for name in ("crc_flit", "crc_data", "replay", "recovery"):
-            values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
         for direction, share in PCIE_SHARE.items():
             kib_busy_seconds = PCIE_KB_PER_S_AT_FULL_LOAD * share * self.load_integral(now) / 100
             values[f"pcie_{direction}_bytes"] = int(kib_busy_seconds * 1024)
+        # The GPU's NVLink counts are its links' sums, as the *_TOTAL fields are.
+        for name in ("crc_flit", "crc_data", "replay", "recovery"):
+            values[f"nvlink_{name}"] = base.get(f"nvlink_{name}", 0) + self._count("nvlink_down", now)
         if links:
-            carried = self.load_integral(now) if self.nvlink_bridged else 0
-            kib = NVLINK_BYTES_PER_S_AT_FULL_LOAD * carried / 100 / 1024
-            values["nvlink_tx_kib"] = int(kib)
-            values["nvlink_rx_kib"] = int(kib * 0.97)
+            values.update({name: sum(per_link) for name, per_link in self.nvlink_link_counters(now).items()})
         return values
 
     def _count(self, kind: str, now: float) -> int:
@@ -272,9 +332,15 @@ class SimMigInstance:
         ]
 
 
-def link_share(total: int, links: int, link: int) -> int:
-    """Link `link`'s part of a device-wide count, split so that the links' parts sum to it."""
-    return total // links + int(link < total % links)
+def _split(total: int, weights: List[float]) -> List[int]:
+    """A count split by the links' weights (which sum to their number) into parts that sum to it."""
+    links = len(weights)
+    edges, running = [0], 0.0
+    for w in weights:
+        running += w
+        edges.append(int(total * running / links + 1e-9))
+    edges[-1] = total
+    return [after - before for before, after in zip(edges, edges[1:])]
 
 
 def _alive(process: Dict, now: float) -> bool:

@@ -48,9 +48,25 @@ FIELD_COUNTERS = {
     pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: ("nvlink_replay", "nvlink_links"),
     pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: ("nvlink_recovery", "nvlink_links"),
 }
-PER_LINK_THROUGHPUT = {
+# Per-link fields, the link in the scope (nvml.h), by the link counter each answers from.
+PER_LINK = {
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: "nvlink_replay",
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: "nvlink_recovery",
+    # NVLink 5 only: a GPU before it has no such counter and refuses them.
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS: "nvlink_effective_errors",
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: "nvlink_effective_ber",
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER: "nvlink_symbol_ber",
+    **{pynvml.NVML_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0 + n: f"nvlink_fec_{n}" for n in range(16)},
+}
+# nvml.h: NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY and _RECOVERY are unsupported on Blackwell and later.
+BEFORE_NVLINK5 = {pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY}
+# Fields nvml.h numbers by link, links 0-11: the CRC counters' …_L0 to …_L5, then …_L6 to …_L11.
+BY_LINK = {
+    field_id: ("nvlink_crc_flit" if "FLIT" in name else "nvlink_crc_data", int(name.rpartition("_L")[2]))
+    for name, field_id in vars(pynvml).items()
+    if name.startswith(("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L"))
 }
 # Values whose dedicated function answers an unsigned int are written as one (uiVal), the rest as
 # 64-bit counters: the check must read each member the value type names.
@@ -60,6 +76,8 @@ UNSIGNED_INT_FIELDS = {
     pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
     pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER,
     pynvml.NVML_FI_DEV_RETIRED_PENDING,
     # A real H100 on driver 580 answers the PCIe byte counters as 32-bit values that wrap at
     # 4 GiB (many times a second under load); a model may say its driver keeps 64 bits.
@@ -114,9 +132,10 @@ def nvmlDeviceGetFieldValues(sim, target, count, array):
         entry.timestamp = int(now * 1e6)
         entry.latencyUsec = 0
         refused = entry.fieldId in sim.scenario.refused_fields
-        value = None if refused else _field(sim, device, counters, entry.fieldId, entry.scopeId, now)
+        status = pynvml.NVML_ERROR_NOT_SUPPORTED if refused else _link_refused(device, entry.fieldId, entry.scopeId)
+        value = None if status else _field(sim, device, counters, entry.fieldId, entry.scopeId, now)
         if value is None:
-            entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            entry.nvmlReturn = status or pynvml.NVML_ERROR_NOT_SUPPORTED
             sim.field_refusals[device.index, entry.fieldId] += 1
             continue
         entry.nvmlReturn = OK
@@ -144,16 +163,13 @@ def _field(sim, device, counters, field_id, scope, now):
     if field_id in (pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT):
         return _power(sim, device, field_id, scope, now)
     if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
-        return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+        return device.nvlink_state(scope, now)
+    if field_id in PER_LINK or field_id in BY_LINK:
+        return _link_counter(device, field_id, scope, now)
     if field_id in CLOCK_EVENT_TIMES:
         return _clock_event_ns(sim, device, field_id, now)
     if field_id in ECC_ON_CHIP_FIELDS:
         return 0 if spec.get("ecc") and spec["architecture"] in PRE_TURING else None
-    if field_id in PER_LINK_THROUGHPUT:
-        links = spec.get("nvlink_links", 0)
-        if scope >= links:
-            return None
-        return int(counters[PER_LINK_THROUGHPUT[field_id]] / links)
     known = FIELD_COUNTERS.get(field_id)
     if known is None:
         return None
@@ -166,6 +182,33 @@ def _field(sim, device, counters, field_id, scope, now):
 def _clock_event_ns(sim, device, field_id, now):
     reason, (first, after) = CLOCK_EVENT_TIMES[field_id]
     return device.clock_event_ns(reason, now) if first <= driver_major(sim) < after else None
+
+
+def _link_of(field_id, scope):
+    """The link a per-link field asks about; None for a field of the whole GPU."""
+    if field_id in BY_LINK:
+        return BY_LINK[field_id][1]
+    return scope if field_id in PER_LINK or field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE else None
+
+
+def _link_refused(device, field_id, scope):
+    """A per-link field's refusal, as a real driver's: NOT_SUPPORTED on a GPU without NVLink,
+    INVALID_ARGUMENT past the GPU's own link count (GB200: 18 links, NVML_NVLINK_MAX_LINKS 36)."""
+    link = _link_of(field_id, scope)
+    if link is None:
+        return OK
+    links = device.spec.get("nvlink_links", 0)
+    if not links:
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+    return pynvml.NVML_ERROR_INVALID_ARGUMENT if link >= links else OK
+
+
+def _link_counter(device, field_id, scope, now):
+    name, link = BY_LINK.get(field_id) or (PER_LINK[field_id], scope)
+    if field_id in BEFORE_NVLINK5 and device.nvlink_version >= 5:
+        return None
+    per_link = device.nvlink_link_counters(now).get(name)
+    return None if per_link is None else per_link[link]
 
 
 def _power(sim, device, field_id, scope, now):

@@ -3,7 +3,7 @@
 This layer never calls NVML; it reads the Snapshot and what attribution and health made of it.
 """
 
-from typing import Dict, List, Union
+from typing import AbstractSet, Callable, Dict, List, Union
 
 from datadog_checks.base import AgentCheck
 
@@ -36,11 +36,9 @@ class Submitter:
         # The check's submit method, by the spec's type, for each metric the profile sends: the one
         # place a profile acts. Collection, health, service checks and events never depend on it.
         sent = sent_in(profile)
-        self._submitters = {
-            name: check.monotonic_count if metric.type == "monotonic_count" else check.gauge
-            for name, metric in SPEC.items()
-            if name in sent
-        }
+        self._submitters = _submitters(check, sent)
+        # A part's series (one NVLink link's) may belong to a larger profile than the GPU's own.
+        self._part_submitters = _submitters(check, sent_in(profile, parts=True))
         self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if name in sent}
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
@@ -85,13 +83,13 @@ class Submitter:
 
     def _target_metrics(self, target: Union[Device, MigInstance], tags: List[str]) -> None:
         """A GPU's or MIG instance's own series, then those of its parts, each part under its own tags too."""
-        self._send_values(target.metrics, tags)
+        self._send_values(target.metrics, tags, self._submitters)
         for part, values in target.tagged_metrics.items():
-            self._send_values(values, tags + part.split(","))
+            self._send_values(values, tags + part.split(","), self._part_submitters)
 
-    def _send_values(self, values: Dict[str, float], tags: List[str]) -> None:
+    @staticmethod
+    def _send_values(values: Dict[str, float], tags: List[str], submitters: Dict[str, Callable]) -> None:
         # A name no collector declares (a newer sidecar's) has no submitter, as one the profile leaves out.
-        submitters = self._submitters
         for name, value in values.items():
             submit = submitters.get(name)
             if submit is not None:
@@ -150,3 +148,8 @@ class Submitter:
             tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
             for stage, count in counts.items():
                 self.send(f"fleet.devices.{stage}", count, tags)
+
+
+def _submitters(check: AgentCheck, names: AbstractSet[str]) -> Dict[str, Callable]:
+    """The check's submit method, by the spec's type, for each of these metrics."""
+    return {name: check.monotonic_count if SPEC[name].type == "monotonic_count" else check.gauge for name in names}
