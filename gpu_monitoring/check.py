@@ -1,6 +1,7 @@
 """The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
 import os
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
@@ -54,6 +55,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
         self._nvlink_up = health.NvLinkMemory()
+        self._fabric_registered = health.FabricMemory()
+        self._started = time.monotonic()  # the fabric registration grace counts from here
         self._told: set = set()
 
     def load_configuration_models(self, package_path=None):
@@ -131,6 +134,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
         self._nvlink_up.remember(snapshot.devices)
+        self._fabric_registered.remember(snapshot.devices)
 
     def cancel(self) -> None:
         if self.source is not None:
@@ -247,6 +251,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             temperature_margin=self.options.temperature_margin,
             offered=offered,
             nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
+            fabric_registered_before=self._fabric_registered.registered_before(device.uuid),
+            fabric_grace_over=time.monotonic() - self._started >= self.options.fabric_registration_grace,
         )
 
 

@@ -83,10 +83,30 @@ READINGS: Dict[str, Reading] = {
     # a root-only setting shared with every other tool on the node.
     "nvlink_tx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
     "nvlink_rx_kib": Reading(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+    # The driver's verdict on what the GPU needs (nvmlDeviceGpuRecoveryAction_t), from R565 on; no
+    # function gives it.
+    "recovery_action": Reading(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    # Grace's NVLink-C2C links to the CPU: the count (scope 0), then per link (the scope is the link
+    # number) its status (1 active) and error counters (R575 on). No function gives them.
+    "c2c_link_count": Reading(pynvml.NVML_FI_DEV_C2C_LINK_COUNT),
+    "c2c_status": Reading(pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS),
+    "c2c_errors_interrupt": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_INTR),
+    "c2c_errors_replay": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY),
+    "c2c_errors_replay_b2b": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B),
 }
 
 
 LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])
+C2C_LINK_COUNT: FrozenSet[FieldKey] = frozenset([("c2c_link_count", 0)])
+
+
+def c2c_link_count(device: Device) -> int:
+    """How many C2C links the device has (0 but on Grace): one batched call, made once a session
+    by the collector that asks for their per-link values."""
+    batch = FieldBatch(device, _field_id, _wide)
+    count = batch.read(C2C_LINK_COUNT).get(("c2c_link_count", 0), 0)
+    device.forget(batch.request.query)  # not asked again this session
+    return int(count)
 
 
 class Readings:
