@@ -26,6 +26,8 @@ SCENARIOS = {
     "t4-shared": (15, {"default_hourly_price": 0.35, "max_processes_per_device": 2}),
     "legacy-driver": (15, {}),
     "faults": (60, {}),
+    "hgx-b200": (15, {}),
+    "gh200": (30, {}),
 }
 # Every metric the spec names: what the largest profile sends.
 FULL = {"metrics_profile": "full"}

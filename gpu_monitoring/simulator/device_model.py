@@ -182,6 +182,32 @@ class SimDevice:
             return False
         return not any(f.params.get("link") == link for f in self._active("nvlink_down", now))
 
+    # --- fabric, recovery action, C2C ------------------------------------------------
+
+    def fabric(self, now: float) -> Optional[Dict]:
+        """The GPU's NVLink fabric registration (`fabric` in the scenario), as a `fabric_lost` fault
+        leaves it: back to `state`, or completed with a failed `status`; None for a GPU without one."""
+        fabric = self.spec.get("fabric")
+        if fabric is None:
+            return None
+        for fault in self._active("fabric_lost", now):
+            status = fault.params.get("status")
+            fabric = dict(fabric, state="completed" if status else fault.params.get("state", "not_started"))
+            if status:
+                fabric["status"] = status
+        return fabric
+
+    def recovery_action(self, now: float) -> int:
+        """The action the driver asks for: the latest `recovery_action` fault's while it lasts, else none."""
+        active = self._active("recovery_action", now)
+        if not active:
+            return pynvml.NVML_GPU_RECOVERY_ACTION_NONE
+        return getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{active[-1].params['action'].upper()}")
+
+    def c2c_replays(self, link: int, now: float) -> int:
+        fired = self._fired("c2c_replay", now)
+        return sum(int(f.params.get("count", 1)) for f in fired if f.params.get("link", 0) == link)
+
     def processes(self, now: float, gpu_instance: Optional[int] = None) -> List[Dict]:
         if self.mig:
             pools = [m for m in self.mig if gpu_instance in (None, m.spec.gpu_instance_id)]

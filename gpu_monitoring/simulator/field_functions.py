@@ -55,6 +55,9 @@ UNSIGNED_INT_FIELDS = {
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
     pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
     pynvml.NVML_FI_DEV_RETIRED_PENDING,
+    pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    pynvml.NVML_FI_DEV_C2C_LINK_COUNT,
+    pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS,
     # A real H100 on driver 580 answers the PCIe byte counters as 32-bit values that wrap at
     # 4 GiB (many times a second under load); a model may say its driver keeps 64 bits.
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
@@ -66,6 +69,12 @@ NARROW_COUNTERS_UNLESS = {
 }
 # The power fields (185-192) came with NVML 12: older drivers do not know them.
 POWER_FIELDS_SINCE_DRIVER = 525
+# NVML's change log: the recovery action field came with R565, the C2C error counters with R575.
+RECOVERY_ACTION_SINCE_DRIVER = 565
+C2C_ERRORS_SINCE_DRIVER = 575
+C2C_ERRORS = {pynvml.NVML_FI_DEV_C2C_LINK_ERROR_INTR: "interrupt",
+              pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY: "replay",
+              pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B: "replay_b2b"}
 
 
 @nvml("hip")
@@ -111,6 +120,10 @@ def _field(sim, device, counters, field_id, scope, now):
         return _power(sim, device, field_id, scope, now)
     if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
         return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+    if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+        return device.recovery_action(now) if driver_major(sim) >= RECOVERY_ACTION_SINCE_DRIVER else None
+    if field_id in (pynvml.NVML_FI_DEV_C2C_LINK_COUNT, pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS, *C2C_ERRORS):
+        return _c2c(sim, device, field_id, scope, now)
     if field_id in PER_LINK_THROUGHPUT:
         links = spec.get("nvlink_links", 0)
         if scope >= links:
@@ -123,6 +136,23 @@ def _field(sim, device, counters, field_id, scope, now):
     if feature is not None and not spec.get(feature):
         return None
     return int(counters[key])
+
+
+def _c2c(sim, device, field_id, scope, now):
+    """A Grace GPU's C2C links (`c2c_links`), each up; other GPUs have none and answer NOT_SUPPORTED."""
+    links = device.spec.get("c2c_links", 0)
+    if not links:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_C2C_LINK_COUNT:
+        return links
+    if scope >= links:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS:
+        return 1
+    if driver_major(sim) < C2C_ERRORS_SINCE_DRIVER:
+        return None
+    base = device.spec.get("counters", {}).get(f"c2c_{C2C_ERRORS[field_id]}", 0)
+    return base + (device.c2c_replays(scope, now) if field_id == pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY else 0)
 
 
 def _power(sim, device, field_id, scope, now):
