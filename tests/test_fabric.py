@@ -110,3 +110,13 @@ def test_values_outside_nvml_enums_are_not_trusted(node, tmp_path):
     assert garbage.health()[0].status == WARNING
     assert "NVLink fabric registration state 7 is not one NVML defines: not trusted" in reasons(garbage, 0)
     assert "health summary 9" in reasons(garbage, 0)
+
+
+def test_the_pcie_link_is_read_again_only_after_it_retrained(node):
+    """What pays for the fabric call: NVML counts the link's trips through Recovery, which any change
+    of its speed or width takes; the generation and width are asked again only when that count moves."""
+    faults = node("faults").run_until(15)
+    faults.sim.calls.clear()
+    faults.run_until(60)  # GPU 0 retrains at Gen4 x8 at t=50 (scenario faults); no other link does
+    assert faults.values("pcie.link.generation")[0] == 4
+    assert faults.sim.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 1

@@ -5,6 +5,7 @@ The health mask packs two-bit fields (nvml.h's NVML_GPU_FABRIC_HEALTH_MASK_*): 0
 report it, 1 true, 2 false. A value outside an enum is left out and named as untrusted.
 """
 
+import uuid
 from typing import Dict, List, Set, Tuple
 
 import pynvml
@@ -36,6 +37,7 @@ FLAGS = {name: gauge(f"fabric.health.{name}") for name in MASK}
 _FLAG_BITS = 0x3
 _NOT_REPORTED, _FALSE = 0, 2
 CLIQUE_ID, CLUSTER_UUID = fact("fabric_clique_id"), fact("fabric_cluster_uuid")
+NO_CLUSTER = str(uuid.UUID(int=0))
 ERROR, UNTRUSTED = fact("fabric_error"), fact("fabric_untrusted")
 
 
@@ -70,9 +72,10 @@ def _readings(info: FabricInfo) -> List[Reading]:
         found.append((STATE, info.state))
     else:
         untrusted.append(f"registration state {info.state}")
-    completed = info.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
-    if completed:
-        found += [(CLIQUE_ID, info.clique_id), (CLUSTER_UUID, info.cluster_uuid)]
+    if info.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
+        # A zero cluster UUID names no cluster: nothing to group the GPU's series by.
+        if info.cluster_uuid != NO_CLUSTER:
+            found += [(CLIQUE_ID, info.clique_id), (CLUSTER_UUID, info.cluster_uuid)]
         if info.status != library.SUCCESS:
             found.append((ERROR, library.describe(info.status)))
     for name, (shift, true) in MASK.items():

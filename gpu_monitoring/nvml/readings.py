@@ -18,7 +18,10 @@ field for any of these; the nearest ones measure something else):
 - nvmlDeviceGetPerformanceState: no field.
 - nvmlDeviceGetCurrentClocksEventReasons: the CLOCKS_EVENT_REASON_* / PERF_POLICY_* fields are
   cumulative durations, not the current reasons mask.
-- nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's training.
+- nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's
+  training; but a link retrains only through the Recovery state, which NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER
+  counts, so where the driver answers that field they are asked only after it moved (collectors.pcie).
+- nvmlDeviceGetGpuFabricInfoV: no field; the NVLink fabric's registration and health can change at any time.
 - nvmlDeviceGetMigMode: no field (IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE and IS_RESETLESS_MIG_SUPPORTED
   are capabilities); MIG mode can change while the check runs.
 - nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields;
@@ -58,6 +61,9 @@ READINGS: Dict[str, Reading] = {
     # The limit in force, whoever set it (the same as nvmlDeviceGetEnforcedPowerLimit).
     "power_limit_mw": Reading(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, fallbacks.power_limit),
     "pcie_replay": Reading(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, fallbacks.pcie_replay),
+    # Times the PCIe link left L0 for Recovery (retraining): what tells a link's speed or width may
+    # have changed. No function gives it.
+    "pcie_recoveries": Reading(pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER),
     # Byte counters; the fallback is a sampled rate under other names (pcie_*_kib_per_s). A real
     # H100 on driver 580 answers them in 32 bits: at 25 GB/s they wrap six times a second.
     "pcie_tx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, fallbacks.pcie_throughput, wide=True),

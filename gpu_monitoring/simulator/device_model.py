@@ -230,6 +230,8 @@ class SimDevice:
         values = {
             "energy_mj": base.get("energy_j", 0) * 1000 + energy_j * 1000,
             "pcie_replay": base.get("pcie_replay", 0) + int(now / 3600),
+            # The link retrains (through Recovery) as a pcie_degraded fault begins, and as it ends.
+            "pcie_recoveries": base.get("pcie_recoveries", 0) + self._retrains(now),
             "ecc_sbe": base.get("ecc_sbe", 0) + self._count("ecc_sbe", now),
             "ecc_dbe": base.get("ecc_dbe", 0) + self._count("ecc_dbe", now),
             "remap_cor": base.get("remap_cor", 0),
@@ -252,6 +254,10 @@ class SimDevice:
             values["nvlink_tx_kib"] = int(kib)
             values["nvlink_rx_kib"] = int(kib * 0.97)
         return values
+
+    def _retrains(self, now: float) -> int:
+        faults = self._fired("pcie_degraded", now)
+        return len(faults) + sum(1 for f in faults if f.duration is not None and now >= f.at + f.duration)
 
     def _count(self, kind: str, now: float) -> int:
         return sum(int(f.params.get("count", 1)) for f in self._fired(kind, now))

@@ -25,6 +25,7 @@ OK = pynvml.NVML_SUCCESS
 FIELD_COUNTERS = {
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
+    pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER: ("pcie_recoveries", None),
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
@@ -71,6 +72,8 @@ NARROW_COUNTERS_UNLESS = {
 POWER_FIELDS_SINCE_DRIVER = 525
 # NVML's change log: the recovery action field came with R565, the C2C error counters with R575.
 RECOVERY_ACTION_SINCE_DRIVER = 565
+# Field 169 came with the NVLink state and C2C fields around it (R525).
+PCIE_RECOVERIES_SINCE_DRIVER = 525
 C2C_ERRORS_SINCE_DRIVER = 575
 C2C_ERRORS = {pynvml.NVML_FI_DEV_C2C_LINK_ERROR_INTR: "interrupt",
               pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY: "replay",
@@ -120,6 +123,8 @@ def _field(sim, device, counters, field_id, scope, now):
         return _power(sim, device, field_id, scope, now)
     if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
         return int(device.nvlink_active(scope, now)) if scope < spec.get("nvlink_links", 0) else None
+    if field_id == pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER and driver_major(sim) < PCIE_RECOVERIES_SINCE_DRIVER:
+        return None
     if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
         return device.recovery_action(now) if driver_major(sim) >= RECOVERY_ACTION_SINCE_DRIVER else None
     if field_id in (pynvml.NVML_FI_DEV_C2C_LINK_COUNT, pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS, *C2C_ERRORS):
