@@ -1,6 +1,7 @@
 """The gpu_monitoring Agent check: one run reads the node, attributes its GPUs, judges and submits."""
 
 import os
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
@@ -56,6 +57,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
+        self._fabric_registered = health.FabricMemory()
+        self._started = time.monotonic()  # the fabric registration grace counts from here
         self._told: set = set()
 
     def load_configuration_models(self, package_path=None):
@@ -135,6 +138,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
         if self._nvlink_up.remember(snapshot.devices):
             self.write_persistent_cache(NVLINK_SEEN_UP, self._nvlink_up.dumps())
+        self._fabric_registered.remember(snapshot.devices)
 
     def cancel(self) -> None:
         if self.source is not None:
@@ -256,6 +260,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             temperature_margin=self.options.temperature_margin,
             offered=offered,
             nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
+            fabric_registered_before=self._fabric_registered.registered_before(device.uuid),
+            fabric_grace_over=time.monotonic() - self._started >= self.options.fabric_registration_grace,
         )
 
 

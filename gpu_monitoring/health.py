@@ -4,7 +4,7 @@ import json
 from dataclasses import dataclass, field
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
 
-from . import xid
+from . import recovery_actions, xid
 from .service_checks import Status
 from .snapshot import Device, Event
 
@@ -31,12 +31,16 @@ def evaluate(
     temperature_margin: float = 5,
     offered: Optional[bool] = None,
     nvlink_seen_up: AbstractSet[int] = frozenset(),
+    fabric_registered_before: bool = False,
+    fabric_grace_over: bool = True,
 ) -> Health:
     """Apply the health rules to one device, given what it read last run and this run's events.
 
     `offered` is whether a Kubernetes device plugin advertises the GPU (None: not on Kubernetes, or
     the kubelet did not say): one it does not is a GPU pods wait for, Pending, while it sits unused.
-    `nvlink_seen_up` is the NVLink links earlier runs saw up (NvLinkMemory)."""
+    `nvlink_seen_up` is the NVLink links earlier runs saw up (NvLinkMemory).
+    `fabric_registered_before` is whether an earlier run saw it registered with its NVLink fabric
+    (FabricMemory); `fabric_grace_over` whether the time a GPU may take to register is over."""
     health = Health()
     if device.lost:
         health.add(Status.CRITICAL, f"GPU lost: {device.error}")
@@ -48,6 +52,9 @@ def evaluate(
     _thermal(health, device.metrics, temperature_margin)
     _nvlink(health, device, nvlink_seen_up)
     _pcie(health, device.metrics)
+    _fabric(health, device, fabric_registered_before, fabric_grace_over)
+    _recovery(health, device)
+    _c2c(health, device)
     return health
 
 
@@ -172,3 +179,74 @@ def _pcie(health: Health, m: dict) -> None:
 
 def _n(value: Optional[float]) -> str:
     return "?" if value is None else f"{value:.0f}"
+
+
+# nvml.h's NVML_GPU_FABRIC_STATE_*, and NVML_GPU_FABRIC_HEALTH_SUMMARY_* (as fabric.* series carry them).
+FABRIC_REGISTERING = {1: "not started", 2: "in progress"}
+FABRIC_COMPLETED = 3
+FABRIC_UNHEALTHY, FABRIC_LIMITED_CAPACITY = 2, 3
+# The fabric health flags that degrade a GPU's NVLink traffic, in the words a message gives them.
+FABRIC_WARNINGS = {
+    "fabric.health.degraded_bandwidth": "bandwidth degraded",
+    "fabric.health.route_recovery": "route recovery in progress",
+    "fabric.health.route_unhealthy": "a route is unhealthy",
+}
+FABRIC_MANAGER = "check nvidia-fabricmanager and its log on this node"
+
+
+def _fabric(health: Health, device: Device, registered_before: bool, grace_over: bool) -> None:
+    """A GPU on an NVLink fabric runs no CUDA work until the fabric manager has registered it. One
+    still registering after the grace period, one that was registered and is no longer, and one
+    whose registration failed are CRITICAL. A GPU with no fabric (state NOT_SUPPORTED, or a driver
+    that does not answer) has no fabric.state series and nothing to judge."""
+    m = device.metrics
+    for value in device.fabric_untrusted:
+        health.add(Status.WARNING, f"NVLink fabric {value} is not one NVML defines: not trusted")
+    state = m.get("fabric.state")
+    if device.fabric_error:
+        health.add(Status.CRITICAL, f"NVLink fabric registration failed ({device.fabric_error}): "
+                                    f"CUDA work cannot use this GPU; {FABRIC_MANAGER}")
+    elif state in FABRIC_REGISTERING and (registered_before or grace_over):
+        lost = "lost its NVLink fabric registration" if registered_before else "not registered with its NVLink fabric"
+        health.add(Status.CRITICAL, f"{lost} (state: {FABRIC_REGISTERING[state]}): CUDA work cannot start on "
+                                    f"this GPU; {FABRIC_MANAGER}")
+    summary = m.get("fabric.health.summary")
+    if summary == FABRIC_UNHEALTHY:
+        health.add(Status.CRITICAL, f"NVLink fabric health is unhealthy; {FABRIC_MANAGER}")
+    elif summary == FABRIC_LIMITED_CAPACITY:
+        health.add(Status.WARNING, "NVLink fabric runs at limited capacity")
+    for name, words in FABRIC_WARNINGS.items():
+        if m.get(name):
+            health.add(Status.WARNING, f"NVLink fabric: {words}")
+
+
+class FabricMemory:
+    """The GPUs, by UUID, seen registered with their NVLink fabric since the check started."""
+
+    def __init__(self) -> None:
+        self._registered: FrozenSet[str] = frozenset()
+
+    def registered_before(self, uuid: Optional[str]) -> bool:
+        return uuid in self._registered
+
+    def remember(self, devices: Iterable[Device]) -> None:
+        """Add this run's registered GPUs; only GPUs this run lists are kept."""
+        self._registered = frozenset(
+            d.uuid for d in devices
+            if d.uuid and (d.uuid in self._registered or d.metrics.get("fabric.state") == FABRIC_COMPLETED)
+        )
+
+
+def _recovery(health: Health, device: Device) -> None:
+    if device.recovery_action in (None, recovery_actions.NONE):
+        return
+    action = recovery_actions.describe(device.recovery_action)
+    health.add(Status[action.severity.upper()],
+               f"the driver asks for recovery action {action.name.replace('_', ' ')}: {action.advice}")
+
+
+def _c2c(health: Health, device: Device) -> None:
+    # A Grace GPU's C2C links are all up while it is healthy: one down slows its CPU memory traffic.
+    if device.c2c_down:
+        health.add(Status.WARNING, f"NVLink-C2C down: link {', '.join(map(str, device.c2c_down))} "
+                                   "(the GPU's link to its Grace CPU)")

@@ -12,13 +12,16 @@ from . import snapshot
 from .collectors import COLLECTOR_NAMES
 from .collectors.activity import Gpm, Utilization
 from .collectors.base import Collector
+from .collectors.c2c import C2c
 from .collectors.clocks import Clocks
+from .collectors.fabric import Fabric
 from .collectors.memory import Memory
 from .collectors.memory_errors import MemoryErrors
 from .collectors.mig import Mig
 from .collectors.nvlink import NvLink
 from .collectors.pcie import Pcie
 from .collectors.processes import Processes
+from .collectors.recovery import Recovery
 from .collectors.series import store
 from .collectors.thermal import Thermal
 from .driver_gpus import name_lost_devices, read_driver_gpus
@@ -95,6 +98,9 @@ class NodeReader:
             "clocks": Clocks(),
             "pcie": Pcie(gpm if "gpm" in enabled else None),
             "nvlink": NvLink(),
+            "fabric": Fabric(),
+            "c2c": C2c(),
+            "recovery": Recovery(),
             "memory_errors": MemoryErrors(),
             "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),
         }

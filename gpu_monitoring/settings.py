@@ -35,6 +35,7 @@ class CheckSettings:
     metrics_profile: str
     xid_ignore: List[int]
     temperature_margin: float
+    fabric_registration_grace: float  # seconds from the check's start
     tags: List[str]
     kubernetes: str  # auto | true | false
     kubelet: Dict[str, Any]  # KubeletClient arguments
@@ -63,6 +64,7 @@ def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = No
         metrics_profile=config.metrics_profile,
         xid_ignore=list(config.xid_ignore),
         temperature_margin=config.temperature_margin,
+        fabric_registration_grace=config.fabric_registration_grace,
         tags=list(config.tags or ()),
         kubernetes=_mode(config.kubernetes),
         kubelet=kubelet_settings(config),

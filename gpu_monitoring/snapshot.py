@@ -129,6 +129,16 @@ class Device:
     # did not answer. Health judges it in every metrics profile.
     nvlink_states: List[Optional[int]] = field(default_factory=list)
     unsupported: List[str] = field(default_factory=list)
+    # The NVLink fabric (NVSwitch) the GPU is registered with: its clique and cluster, which group a
+    # rack's GPUs; NVML's words for a failed registration; values NVML gave outside its own enums,
+    # not trusted. The driver's recovery action (nvmlDeviceGpuRecoveryAction_t); C2C links down.
+    # All came after version 1.
+    fabric_clique_id: Optional[int] = None
+    fabric_cluster_uuid: Optional[str] = None
+    fabric_error: Optional[str] = None
+    fabric_untrusted: List[str] = field(default_factory=list)
+    recovery_action: Optional[int] = None
+    c2c_down: List[int] = field(default_factory=list)
 
 
 @dataclass

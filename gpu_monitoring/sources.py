@@ -87,19 +87,23 @@ class SidecarSource:
         self.events_problem: Optional[str] = None
 
     def read(self) -> Snapshot:
+        # The journal first, then the snapshot: every event handed to this run was journaled before
+        # the snapshot's NVML reads, so what an event says changed (XID 154: the recovery action)
+        # is read as it is after it, in the same run.
+        try:
+            events, next_cursor = self._journal_events()
+        except SidecarUnavailable as e:
+            events, next_cursor = [], None
+            self.events_problem = str(e)
+        else:
+            self.events_problem = None
         try:
             snapshot = self.client.snapshot()
         except SidecarUnavailable as e:
             if e.status == 503:  # the sidecar is up but cannot read NVML
                 raise LibraryUnavailable(f"on the sidecar: {e}") from e
             raise
-        try:
-            snapshot.events, self._next_cursor = self._journal_events()
-        except SidecarUnavailable as e:
-            snapshot.events, self._next_cursor = [], None
-            self.events_problem = str(e)
-        else:
-            self.events_problem = None
+        snapshot.events, self._next_cursor = events, next_cursor
         # A GPU lost before this sidecar could read it is named by its events: a journal record keeps
         # the UUID, index and bus ID NVML gave when the GPU was registered, by this sidecar or one before.
         snapshot.identify_from_events()

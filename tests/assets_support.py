@@ -128,6 +128,8 @@ def _scenarios(directory: Path) -> List[tuple]:
         ("a100-mig", 3, {"hourly_price": {"NVIDIA A100*": 3.0}}),
         ("legacy-driver", 2, {"default_hourly_price": 1.0}),
         ("hpc-slurm", 3, {}),  # Slurm jobs, priced by the scenario's own models
+        ("hgx-b200", 3, {}),  # NVLink fabric, the recovery action (t=25)
+        ("gh200", 3, {}),  # C2C links
         # To t=120: the XIDs, a lost GPU, ECC, heat, then link faults and a driver reload.
         ("faults", 9, {"default_hourly_price": 2.0}),
         (str(held_path), 3, {"hourly_price": {"NVIDIA H100*": 4.0}}),

@@ -39,7 +39,7 @@ INTERVAL = 15
 NAMESPACE = "gpu_monitoring."
 HEALTH = "gpu_monitoring.device.health"
 # Tags of a series of part of a GPU: a MIG instance, an NVLink link.
-PARTS = {"gpu_instance_id", "nvlink_port"}
+PARTS = {"gpu_instance_id", "nvlink_port", "c2c_link"}
 
 
 def tag_dict(tags):
@@ -98,7 +98,7 @@ class SimulatedNode:
         return out
 
     def values(self, metric):
-        """{gpu index: value} of a physical GPU's own series (MIG instances' and NVLink links' left out)."""
+        """{gpu index: value} of a physical GPU's own series (MIG instances', NVLink and C2C links' left out)."""
         return self.keyed(metric, lambda t: None if PARTS & set(t) else int(t["gpu_index"]))
 
     def link_values(self, metric):

@@ -26,8 +26,8 @@ SCENARIOS = {
     "t4-shared": (15, {"default_hourly_price": 0.35, "max_processes_per_device": 2}),
     "legacy-driver": (15, {}),
     "faults": (60, {}),
-    # NVLink 5's counters answer only on Blackwell.
-    str(ROOT / "tests" / "data" / "nvlink5-board.yaml"): (15, {}),
+    "hgx-b200": (15, {}),
+    "gh200": (30, {}),
 }
 # Every metric the spec names: what the largest profile sends.
 FULL = {"metrics_profile": "full"}

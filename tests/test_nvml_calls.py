@@ -69,8 +69,10 @@ def gpu_and_node_calls(calls: Counter, gpus: int):
 def test_eight_processes_on_every_gpu(node, tmp_path):
     crowded = node(dgx_variant(tmp_path, "dgx-8x8", eight_processes))
     calls = steady_calls(crowded)
-    # Every GPU busy: 20 calls each, and the node's event drain once a run.
-    assert gpu_and_node_calls(calls, 8) == (MAX_CALLS_PER_GPU, 1), calls
+    # Every GPU busy: 19 calls each (its NVLink fabric once, its PCIe link not at all while the link
+    # does not retrain), and the node's event drain once a run.
+    assert gpu_and_node_calls(calls, 8) == (MAX_CALLS_PER_GPU - 1, 1), calls
+    assert calls["nvmlDeviceGetGpuFabricInfoV"] == 1 and calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 0
     assert calls["nvmlDeviceGetComputeRunningProcesses_v3"] == calls["nvmlDeviceGetProcessUtilization"] == 1
     assert crowded.values("processes.count") == dict.fromkeys(range(8), 8)
     assert len(processes(crowded, "process.sm_utilization")) == 64

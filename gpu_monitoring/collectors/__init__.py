@@ -5,5 +5,5 @@ The collectors import pynvml; this package itself does not, so the configuration
 in an Agent without pynvml.
 """
 
-COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink",
-                   "memory_errors", "processes", "mig")
+COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink", "fabric", "c2c",
+                   "recovery", "memory_errors", "processes", "mig")

@@ -1,6 +1,6 @@
 """PCIe throughput, replays and link training."""
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..nvml import fallbacks
 from ..nvml.device import Device
@@ -14,6 +14,7 @@ THROUGHPUT = (gauge("pcie.throughput.tx"), gauge("pcie.throughput.rx"))
 LINK = (gauge("pcie.link.generation"), gauge("pcie.link.width"))
 LINK_MAX = (gauge("pcie.link.generation.max"), gauge("pcie.link.width.max"))
 FIELDS = {("pcie_replay", 0): monotonic_count("pcie.replay_errors")}
+RECOVERIES = ("pcie_recoveries", 0)
 
 
 class Pcie(Collector):
@@ -32,19 +33,34 @@ class Pcie(Collector):
     def __init__(self, gpm: Optional[Gpm] = None) -> None:
         self._rates = CounterRates()
         self._gpm = gpm
+        self._links: Dict[int, Tuple[float, tuple]] = {}  # each GPU's link, and the recoveries counted then
 
     def fields(self, device: Device, links: int):
         if self._from_gpm(device):
-            return list(FIELDS)
-        return [*FIELDS, *BYTE_COUNTERS]
+            return [*FIELDS, RECOVERIES]
+        return [*FIELDS, RECOVERIES, *BYTE_COUNTERS]
 
     def collect(self, device: Device, fields: Fields) -> List[Reading]:
         return [
             *zip(THROUGHPUT, self._throughput(device, fields)),
-            *zip(LINK, device.pcie_link()),
+            *zip(LINK, self._link(device, fields)),
             *zip(LINK_MAX, device.pcie_link_max),
             *from_fields(fields, FIELDS),
         ]
+
+    def _link(self, device: Device, fields: Fields) -> tuple:
+        """The link's current generation and width. A PCIe link changes speed or width only by going
+        through the Recovery state of its training (PCIe base specification, LTSSM), which the driver
+        counts: they are read again only when that count moved since they were, and every run where
+        the driver does not count."""
+        recoveries = fields.get(RECOVERIES)
+        known = self._links.get(device.index)
+        if known is not None and recoveries is not None and known[0] == recoveries:
+            return known[1]
+        link = device.pcie_link()
+        if recoveries is not None and None not in link:
+            self._links[device.index] = (recoveries, link)
+        return link
 
     def _from_gpm(self, device: Device) -> bool:
         return self._gpm is not None and device.gpm_supported
@@ -66,3 +82,4 @@ class Pcie(Collector):
 
     def forget(self) -> None:
         self._rates.forget()
+        self._links = {}

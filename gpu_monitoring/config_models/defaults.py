@@ -28,6 +28,10 @@ def instance_enable_legacy_tags_normalization():
     return True
 
 
+def instance_fabric_registration_grace():
+    return 300
+
+
 def instance_gpu_resource_names():
     return []
 

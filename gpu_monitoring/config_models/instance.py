@@ -45,6 +45,9 @@ class InstanceConfig(BaseModel):
                 'clocks',
                 'pcie',
                 'nvlink',
+                'fabric',
+                'c2c',
+                'recovery',
                 'memory_errors',
                 'processes',
                 'mig',
@@ -54,6 +57,7 @@ class InstanceConfig(BaseModel):
     effective_threshold: Optional[float] = None
     empty_default_hostname: Optional[bool] = None
     enable_legacy_tags_normalization: Optional[bool] = None
+    fabric_registration_grace: Optional[float] = None
     gpu_resource_names: Optional[tuple[str, ...]] = None
     hourly_price: Optional[MappingProxyType[str, float]] = None
     ignore_missing_sidecar: Optional[bool] = None

@@ -16,6 +16,7 @@ KNOWN_OPTIONS = frozenset({
     'metrics_profile',
     'xid_ignore',
     'temperature_margin',
+    'fabric_registration_grace',
     'max_processes_per_device',
     'proc_root',
     'kubernetes',

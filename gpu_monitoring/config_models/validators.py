@@ -27,6 +27,8 @@ MAX_TEMPERATURE_MARGIN = 100
 MAX_KUBELET_TIMEOUT = 60
 MAX_PRICE = 1e9
 MAX_PROCESSES_PER_DEVICE = 1_000_000
+# A fabric manager registers a rack's GPUs within minutes of the driver loading; a day is a typo.
+MAX_FABRIC_REGISTRATION_GRACE = 86400
 
 
 def kubernetes(name: str, value: Any) -> Any:
@@ -51,6 +53,7 @@ RULES: Dict[str, Callable[[str, Any], Any]] = {
     "max_processes_per_device": partial(number, minimum=0, maximum=MAX_PROCESSES_PER_DEVICE, integer=True),
     "xid_ignore": integers,
     "temperature_margin": partial(number, minimum=0, maximum=MAX_TEMPERATURE_MARGIN),
+    "fabric_registration_grace": partial(number, minimum=0, maximum=MAX_FABRIC_REGISTRATION_GRACE),
     "hourly_price": partial(prices, maximum=MAX_PRICE),
     "default_hourly_price": partial(number, minimum=0, maximum=MAX_PRICE),
     "effective_threshold": partial(number, minimum=0, maximum=100),

@@ -218,6 +218,13 @@ class Device:
     def pcie_link_max(self) -> Tuple[Optional[int], Optional[int]]:
         return self.ask(queries.PCIE_MAX_GENERATION), self.ask(queries.PCIE_MAX_WIDTH)
 
+    # --- NVLink fabric ---------------------------------------------------------------------
+
+    def fabric_info(self) -> Optional[queries.FabricInfo]:
+        """The GPU's registration with its NVLink fabric; None where the driver has no fabric to
+        tell of (a GPU without NVSwitch, a driver before R550) or cannot answer this time."""
+        return self.ask_first(*queries.FABRIC)
+
     # --- MIG ----------------------------------------------------------------------------
 
     def mig_enabled(self) -> Optional[bool]:

@@ -28,8 +28,11 @@ NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
 NO_PERMISSION = pynvml.NVML_ERROR_NO_PERMISSION
 FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-# Answers that will not change until NVML restarts (DESIGN §3): the call is not asked again.
-REFUSED_FOR_GOOD = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION})
+# Answers that will not change until NVML restarts (DESIGN §3): the call is not asked again. A
+# structure version the driver does not know (ARGUMENT_VERSION_MISMATCH) stays unknown to it until
+# a newer driver is loaded, which restarts NVML: the next older version is asked instead.
+REFUSED_FOR_GOOD = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION,
+                              pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
 _LOST = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN})
 _ROOM_ATTEMPTS = 4  # entries can appear between two calls; past this many tries the call fails for this run
 
@@ -78,20 +81,22 @@ class Query:
     `args` are C unsigned ints (clock types, sensors) or ctypes objects handed over as they are
     (an array NVML fills, a GPM sample); `outputs` the types NVML writes into; `value` makes the
     answer from the filled outputs; `prepare` sets the outputs up once (a structure's version).
-    Hashed by identity: a query is made once, a module constant or kept by what asks it (a field
-    batch, a GPM sampler).
+    `key_args` tell apart calls of one function whose arguments do not (versions of a structure,
+    each refused on its own). Hashed by identity: a query is made once, a module constant or kept
+    by what asks it (a field batch, a GPM sampler).
     """
 
     __slots__ = ("function", "args", "outputs", "value", "prepare", "key")
 
     def __init__(self, function: str, outputs: Sequence[type], value: Callable[..., Any],
-                 args: Tuple[Any, ...] = (), prepare: Optional[Callable[..., None]] = None) -> None:
+                 args: Tuple[Any, ...] = (), prepare: Optional[Callable[..., None]] = None,
+                 key_args: Tuple[int, ...] = ()) -> None:
         self.function = function
         self.args = args
         self.outputs = tuple(outputs)
         self.value = value
         self.prepare = prepare
-        self.key = refusal_key(function, args)
+        self.key = refusal_key(function, args) + key_args
 
     def __repr__(self) -> str:
         return f"{self.function}({', '.join(map(str, self.key[1:]))})"

@@ -18,7 +18,10 @@ field for any of these; the nearest ones measure something else):
 - nvmlDeviceGetPerformanceState: no field.
 - nvmlDeviceGetCurrentClocksEventReasons: the CLOCKS_EVENT_REASON_* / PERF_POLICY_* fields are
   cumulative durations, not the current reasons mask.
-- nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's training.
+- nvmlDeviceGetCurrPcieLinkGeneration and ...Width: the PCIe fields are counters, not the link's
+  training; but a link retrains only through the Recovery state, which NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER
+  counts, so where the driver answers that field they are asked only after it moved (collectors.pcie).
+- nvmlDeviceGetGpuFabricInfoV: no field; the NVLink fabric's registration and health can change at any time.
 - nvmlDeviceGetMigMode: no field (IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE and IS_RESETLESS_MIG_SUPPORTED
   are capabilities); MIG mode can change while the check runs.
 - nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields;
@@ -82,6 +85,9 @@ READINGS: Dict[str, Reading] = {
     # The limit in force, whoever set it (the same as nvmlDeviceGetEnforcedPowerLimit).
     "power_limit_mw": Reading(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, fallbacks.power_limit),
     "pcie_replay": Reading(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, fallbacks.pcie_replay),
+    # Times the PCIe link left L0 for Recovery (retraining): what tells a link's speed or width may
+    # have changed. No function gives it.
+    "pcie_recoveries": Reading(pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER),
     # Byte counters; the fallback is a sampled rate under other names (pcie_*_kib_per_s). A real
     # H100 on driver 580 answers them in 32 bits: at 25 GB/s they wrap six times a second.
     "pcie_tx_bytes": Reading(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, fallbacks.pcie_throughput, wide=True),
@@ -125,6 +131,16 @@ READINGS: Dict[str, Reading] = {
     "nvlink_effective_ber": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER, decode=decode_ber),
     "nvlink_symbol_ber": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER, decode=decode_ber),
     **{f"nvlink_fec_{n}": Reading(pynvml.NVML_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0 + n) for n in range(FEC_BINS)},
+    # The driver's verdict on what the GPU needs (nvmlDeviceGpuRecoveryAction_t), from R565 on; no
+    # function gives it.
+    "recovery_action": Reading(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    # Grace's NVLink-C2C links to the CPU: the count (scope 0), then per link (the scope is the link
+    # number) its status (1 active) and error counters (R575 on). No function gives them.
+    "c2c_link_count": Reading(pynvml.NVML_FI_DEV_C2C_LINK_COUNT),
+    "c2c_status": Reading(pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS),
+    "c2c_errors_interrupt": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_INTR),
+    "c2c_errors_replay": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY),
+    "c2c_errors_replay_b2b": Reading(pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B),
 }
 # The aggregate counts by memory location, named as nvmlMemoryLocation_t names the locations. nvml.h
 # has these fields for the pre-Turing locations; from Turing on its enum counts DRAM (the device
@@ -188,6 +204,17 @@ def _major(driver_version: Optional[str]) -> Optional[int]:
 
 
 LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])
+C2C_LINK_COUNT: FrozenSet[FieldKey] = frozenset([("c2c_link_count", 0)])
+
+
+def c2c_link_count(device: Device) -> int:
+    """How many C2C links the device has (0 but on Grace): one batched call, made once a session
+    by the collector that asks for their per-link values."""
+    # The count's field ID is the same in every driver's nvml.h.
+    batch = FieldBatch(device, lambda key: READINGS[key[0]].field_id, _wide)
+    count = batch.read(C2C_LINK_COUNT).get(("c2c_link_count", 0), 0)
+    device.forget(batch.request.query)  # not asked again this session
+    return int(count)
 
 
 class Readings:

@@ -260,6 +260,32 @@ class SimDevice:
         raw = [1 + 0.3 * _jitter(self.spec.uuid, "nvlink", link) for link in range(links)]
         return [w * links / sum(raw) for w in raw] if raw else []
 
+    # --- fabric, recovery action, C2C ------------------------------------------------
+
+    def fabric(self, now: float) -> Optional[Dict]:
+        """The GPU's NVLink fabric registration (`fabric` in the scenario), as a `fabric_lost` fault
+        leaves it: back to `state`, or completed with a failed `status`; None for a GPU without one."""
+        fabric = self.spec.get("fabric")
+        if fabric is None:
+            return None
+        for fault in self._active("fabric_lost", now):
+            status = fault.params.get("status")
+            fabric = dict(fabric, state="completed" if status else fault.params.get("state", "not_started"))
+            if status:
+                fabric["status"] = status
+        return fabric
+
+    def recovery_action(self, now: float) -> int:
+        """The action the driver asks for: the latest `recovery_action` fault's while it lasts, else none."""
+        active = self._active("recovery_action", now)
+        if not active:
+            return pynvml.NVML_GPU_RECOVERY_ACTION_NONE
+        return getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{active[-1].params['action'].upper()}")
+
+    def c2c_replays(self, link: int, now: float) -> int:
+        fired = self._fired("c2c_replay", now)
+        return sum(int(f.params.get("count", 1)) for f in fired if f.params.get("link", 0) == link)
+
     def processes(self, now: float, gpu_instance: Optional[int] = None) -> List[Dict]:
         if self.mig:
             pools = [m for m in self.mig if gpu_instance in (None, m.spec.gpu_instance_id)]
@@ -282,6 +308,8 @@ class SimDevice:
         values = {
             "energy_mj": base.get("energy_j", 0) * 1000 + energy_j * 1000,
             "pcie_replay": base.get("pcie_replay", 0) + int(now / 3600),
+            # The link retrains (through Recovery) as a pcie_degraded fault begins, and as it ends.
+            "pcie_recoveries": base.get("pcie_recoveries", 0) + self._retrains(now),
             "ecc_sbe": base.get("ecc_sbe", 0) + self._count("ecc_sbe", now),
             "ecc_dbe": base.get("ecc_dbe", 0) + self._count("ecc_dbe", now),
             "remap_cor": base.get("remap_cor", 0),
@@ -305,6 +333,10 @@ class SimDevice:
         if links:
             values.update({name: sum(per_link) for name, per_link in self.nvlink_link_counters(now).items()})
         return values
+
+    def _retrains(self, now: float) -> int:
+        faults = self._fired("pcie_degraded", now)
+        return len(faults) + sum(1 for f in faults if f.duration is not None and now >= f.at + f.duration)
 
     def _count(self, kind: str, now: float) -> int:
         return sum(int(f.params.get("count", 1)) for f in self._fired(kind, now))

@@ -26,6 +26,7 @@ OK = pynvml.NVML_SUCCESS
 FIELD_COUNTERS = {
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: ("energy_mj", "energy"),
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: ("pcie_replay", None),
+    pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER: ("pcie_recoveries", None),
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", "pcie_byte_counters"),
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: ("ecc_sbe", "ecc"),
@@ -79,6 +80,9 @@ UNSIGNED_INT_FIELDS = {
     pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER,
     pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER,
     pynvml.NVML_FI_DEV_RETIRED_PENDING,
+    pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    pynvml.NVML_FI_DEV_C2C_LINK_COUNT,
+    pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS,
     # A real H100 on driver 580 answers the PCIe byte counters as 32-bit values that wrap at
     # 4 GiB (many times a second under load); a model may say its driver keeps 64 bits.
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
@@ -118,6 +122,14 @@ CLOCK_EVENT_TIMES = {
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (_HW_THERMAL, NEW_NUMBERS),
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (_POWER_BRAKE, NEW_NUMBERS),
 }
+# NVML's change log: the recovery action field came with R565, the C2C error counters with R575.
+RECOVERY_ACTION_SINCE_DRIVER = 565
+# Field 169 came with the NVLink state and C2C fields around it (R525).
+PCIE_RECOVERIES_SINCE_DRIVER = 525
+C2C_ERRORS_SINCE_DRIVER = 575
+C2C_ERRORS = {pynvml.NVML_FI_DEV_C2C_LINK_ERROR_INTR: "interrupt",
+              pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY: "replay",
+              pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B: "replay_b2b"}
 
 
 @nvml("hip")
@@ -170,6 +182,12 @@ def _field(sim, device, counters, field_id, scope, now):
         return _clock_event_ns(sim, device, field_id, now)
     if field_id in ECC_ON_CHIP_FIELDS:
         return 0 if spec.get("ecc") and spec["architecture"] in PRE_TURING else None
+    if field_id == pynvml.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER and driver_major(sim) < PCIE_RECOVERIES_SINCE_DRIVER:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+        return device.recovery_action(now) if driver_major(sim) >= RECOVERY_ACTION_SINCE_DRIVER else None
+    if field_id in (pynvml.NVML_FI_DEV_C2C_LINK_COUNT, pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS, *C2C_ERRORS):
+        return _c2c(sim, device, field_id, scope, now)
     known = FIELD_COUNTERS.get(field_id)
     if known is None:
         return None
@@ -209,6 +227,23 @@ def _link_counter(device, field_id, scope, now):
         return None
     per_link = device.nvlink_link_counters(now).get(name)
     return None if per_link is None else per_link[link]
+
+
+def _c2c(sim, device, field_id, scope, now):
+    """A Grace GPU's C2C links (`c2c_links`), each up; other GPUs have none and answer NOT_SUPPORTED."""
+    links = device.spec.get("c2c_links", 0)
+    if not links:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_C2C_LINK_COUNT:
+        return links
+    if scope >= links:
+        return None
+    if field_id == pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS:
+        return 1
+    if driver_major(sim) < C2C_ERRORS_SINCE_DRIVER:
+        return None
+    base = device.spec.get("counters", {}).get(f"c2c_{C2C_ERRORS[field_id]}", 0)
+    return base + (device.c2c_replays(scope, now) if field_id == pynvml.NVML_FI_DEV_C2C_LINK_ERROR_REPLAY else 0)
 
 
 def _power(sim, device, field_id, scope, now):

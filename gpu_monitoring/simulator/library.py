@@ -17,6 +17,7 @@ import pynvml
 
 from . import (  # noqa: F401  (register symbols)
     device_functions,
+    fabric_functions,
     field_functions,
     gpm_functions,
     process_functions,
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 HANDLE_STRIDE = 0x10000
 NO_INSTANCE = 0xFFFFFFFF
+RECOVERY_ACTION_XID = 154
 
 # Queries NVML answers on a MIG device handle; anything else is refused.
 MIG_HANDLE_FUNCTIONS = {
@@ -146,6 +148,7 @@ class SimulatedNvml:
             self.event_sets.clear()
             return
         event_type = {"xid": pynvml.nvmlEventTypeXidCriticalError,
+                      "recovery_action": pynvml.nvmlEventTypeXidCriticalError,
                       "ecc_sbe": pynvml.nvmlEventTypeSingleBitEccError,
                       "ecc_dbe": pynvml.nvmlEventTypeDoubleBitEccError}.get(fault.kind)
         if event_type is None:
@@ -153,7 +156,8 @@ class SimulatedNvml:
         device = self.devices[fault.device]
         gi = fault.params.get("gpu_instance", NO_INSTANCE)
         ci = fault.params.get("compute_instance", NO_INSTANCE if gi == NO_INSTANCE else 0)
-        data = fault.params.get("xid", 0)
+        # The driver tells of a new recovery action with XID 154 (NVIDIA's XID catalog).
+        data = RECOVERY_ACTION_XID if fault.kind == "recovery_action" else fault.params.get("xid", 0)
         for event_set in self.event_sets.values():
             if event_set.registrations.get(device.index, 0) & event_type:
                 event_set.queue.append((self.handle_of(device), event_type, data, gi, ci))
@@ -170,7 +174,9 @@ class SimulatedNvml:
 
     def _build_library(self):
         library = type("SimulatedLibNvidiaMl", (), {})()
-        missing = set(self.scenario.missing_functions)
+        driver = field_functions.driver_major(self)
+        missing = set(self.scenario.missing_functions) | {
+            name for name, since in fabric_functions.SINCE_DRIVER.items() if driver < since}
         for name, symbol in SYMBOLS.items():
             if name not in missing:
                 setattr(library, name, prototype(symbol)(self._entry(name, symbol)))

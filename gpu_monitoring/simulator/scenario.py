@@ -32,6 +32,9 @@ FAULT_KINDS = {
     "nvlink_down",  # NVLink `link` inactive for `duration`
     "pcie_degraded",  # PCIe link trained at `generation`/`width` for `duration`
     "driver_reload",  # every call answers UNINITIALIZED until nvmlInit runs again
+    "recovery_action",  # the driver asks for `action` (gpu_reset, node_reboot, ...) for `duration`, with XID 154
+    "fabric_lost",  # NVLink fabric registration back to `state` (not_started), or failed with `status`
+    "c2c_replay",  # `count` (1) replays on C2C `link` (0)
 }
 
 

@@ -48,6 +48,8 @@ def device_tags(device: Device, snapshot: Snapshot, view: DeviceView) -> Tuple[s
         device.pci_bus_id,
         view.slicing_mode,
         view.sharing_mode((device.index, None)),
+        device.fabric_clique_id,
+        device.fabric_cluster_uuid,
     )
 
 
@@ -63,6 +65,8 @@ def _device_tags(
     pci_bus_id: Optional[str],
     slicing_mode: str,
     sharing_mode: str,
+    clique_id: Optional[int] = None,
+    cluster_uuid: Optional[str] = None,
 ) -> Tuple[str, ...]:
     uuid = _lower(uuid)
     return tuple(_pairs({
@@ -77,6 +81,10 @@ def _device_tags(
         "gpu_pci_bus_id": _lower(pci_bus_id),
         "gpu_slicing_mode": slicing_mode,
         "gpu_sharing_mode": sharing_mode,
+        # The NVLink fabric the GPU is registered with: one clique of one cluster is one NVLink
+        # domain (an NVL72 rack, an HGX board), whose GPUs these group.
+        "gpu_clique_id": clique_id,
+        "gpu_cluster_uuid": _lower(cluster_uuid),
     }))
 
 
