@@ -48,6 +48,8 @@ from bench_support.report import Report, Section, text  # noqa: E402
 
 CROWDED = "dgx-h100, 8 processes/GPU"
 EVERYTHING = "dgx-h100, metrics_profile full"
+# Blackwell on NVLink 5 with a fabric: what the fabric call and the NVLink 5 fields add to a run.
+FABRIC_EVERYTHING = "hgx-b200, metrics_profile full"
 FIELD_PROFILE_RUNS = 50
 MEMORY_WARM_UP = 100
 
@@ -104,7 +106,8 @@ def _calls(args: argparse.Namespace, directory: Path, report: Report) -> Section
     counts.append(calls.count_calls(CROWDED, scenarios.crowded(directory, 8, 64, 64), args.calls_runs))
     # The default profile leaves out reads that give only metrics it does not send; `full` makes them all.
     counts.append(calls.count_calls(EVERYTHING, "dgx-h100", args.calls_runs, metrics_profile="full"))
-    targeted = {"dgx-h100", CROWDED, EVERYTHING, scenarios.FIELD_REFUSING}
+    counts.append(calls.count_calls(FABRIC_EVERYTHING, "hgx-b200", args.calls_runs, metrics_profile="full"))
+    targeted = {"dgx-h100", CROWDED, EVERYTHING, scenarios.FIELD_REFUSING, "hgx-b200", FABRIC_EVERYTHING}
     return calls.section(counts, args.calls_runs, report, targeted)
 
 

@@ -61,7 +61,7 @@ class NvLink(Collector):
             "link_errors": self.wants(link_series("nvlink.errors.replay", 0)),
             "nvlink5": any(self.wants(s) or self.wants(link_series(s.name, 0)) for s, _ in NVLINK5.values()),
             "link_nvlink5": self.wants(link_series("nvlink.errors.effective", 0)),
-            "fec": self.wants(link_series("nvlink.errors.fec", 0, 0)),
+            "fec": self.wants(fec_series(0)),
         }
 
     def fields(self, device: Device, links: int):
@@ -88,8 +88,7 @@ class NvLink(Collector):
         if wanted["nvlink5"]:
             found += _nvlink5(fields, keys, links, wanted["link_nvlink5"])
         if wanted["fec"]:
-            found += [(link_series("nvlink.errors.fec", link, n), fields[key])
-                      for n, name in enumerate(FEC) for link, key in enumerate(keys[name]) if key in fields]
+            found += _fec(fields, keys)
         return found
 
     @staticmethod
@@ -137,11 +136,24 @@ def _nvlink5(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]], links: int, 
     return found
 
 
+def _fec(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[Reading]:
+    """Each FEC history bin summed over the GPU's links: the histogram's shape tells a degrading GPU,
+    and its links' effective BER and errors say which link. Per link and bin it would be 16 series a
+    link (288 a GPU of 18 links) for what those already tell. A bin some link did not answer is left
+    out: a sum over fewer links would read as a counter reset."""
+    sums = (_every_link(fields, keys[name]) for name in FEC)
+    return [(fec_series(n), sum(values)) for n, values in enumerate(sums) if values]
+
+
 @functools.cache
-def link_series(name: str, link: int, fec_bin: int = -1) -> Series:
-    """A metric's series of one link (and FEC bin), made once."""
-    tags = (f"nvlink_port:{link}",) + ((f"fec_bin:{fec_bin}",) if fec_bin >= 0 else ())
-    return (monotonic_count if SPEC[name].type == "monotonic_count" else gauge)(name, tags)
+def link_series(name: str, link: int) -> Series:
+    """A metric's series of one link, made once."""
+    return (monotonic_count if SPEC[name].type == "monotonic_count" else gauge)(name, (f"nvlink_port:{link}",))
+
+
+@functools.cache
+def fec_series(fec_bin: int) -> Series:
+    return monotonic_count("nvlink.errors.fec", (f"fec_bin:{fec_bin}",))
 
 
 @functools.cache

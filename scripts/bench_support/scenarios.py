@@ -13,7 +13,7 @@ from gpu_monitoring.simulator.scenario import resolve
 
 # The driver of h100-no-fields refuses the field IDs that have dedicated functions.
 FIELD_REFUSING = "h100-no-fields"
-HEADLINE = ["dgx-h100", "a100-mig", "t4-shared", "legacy-driver", FIELD_REFUSING]
+HEADLINE = ["dgx-h100", "hgx-b200", "a100-mig", "t4-shared", "legacy-driver", FIELD_REFUSING]
 FIRST_PID = 10000
 
 
