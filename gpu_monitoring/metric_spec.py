@@ -33,8 +33,10 @@ class Metric:
     per_unit: str = ""
     orientation: int = 0
     # The lowest metrics_profile that sends its series of a part of the GPU (one per NVLink link or
-    # memory location), where that differs from `profile`, the GPU's own series'.
+    # memory location), where that differs from `profile`, the GPU's own series'; and the tag that
+    # names the part. A query of the metric says which it reads: `tag:*` the parts, `!tag:*` the GPU's.
     part_profile: str = ""
+    part_tag: str = ""
 
     @property
     def parts_profile(self) -> str:
@@ -53,6 +55,8 @@ def load() -> Dict[str, Metric]:
             raise ValueError(f"{metric.name}: unknown type {metric.type!r}")
         if metric.profile not in PROFILES or metric.parts_profile not in PROFILES:
             raise ValueError(f"{metric.name}: unknown profile {metric.profile!r} or {metric.part_profile!r}")
+        if bool(metric.part_profile) != bool(metric.part_tag):
+            raise ValueError(f"{metric.name}: a part_profile needs its part_tag, and a part_tag its part_profile")
     return metrics
 
 
@@ -77,7 +81,7 @@ def _sent_with(profile: str) -> str:
 def _parts_sent_with(metric: Metric) -> str:
     if not metric.part_profile:
         return ""
-    return f"; its series per part (the tag the description names), {_sent_with(metric.part_profile)}"
+    return f"; its series per {metric.part_tag}, {_sent_with(metric.part_profile)}"
 
 
 def metadata_csv() -> str:

@@ -138,6 +138,20 @@ def _scenarios(directory: Path) -> List[tuple]:
     ]
 
 
+def _run_simulated(simulate: str, runs: int, options: dict, collect) -> None:
+    """`runs` runs of the check on a simulated scenario, INTERVAL apart, `collect` after each."""
+    check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate)])
+    check.simulated_node.nvml.clock.set_speed(0)
+    try:
+        for run in range(runs):
+            if run:
+                check.simulated_node.nvml.advance(INTERVAL)
+            assert check.run() == "", f"{simulate}: run {run} failed"
+            collect()
+    finally:
+        check.cancel()
+
+
 @pytest.fixture(scope="session")
 def emitted(tmp_path_factory) -> Emitted:
     metrics, values, checks = defaultdict(set), defaultdict(set), defaultdict(set)
@@ -160,17 +174,7 @@ def emitted(tmp_path_factory) -> Emitted:
 
     stub_aggregator.reset()
     for simulate, runs, options in _scenarios(tmp_path_factory.mktemp("scenarios")):
-        check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate,
-                                                                metrics_profile=ASSETS_PROFILE)])
-        check.simulated_node.nvml.clock.set_speed(0)
-        try:
-            for run in range(runs):
-                if run:
-                    check.simulated_node.nvml.advance(INTERVAL)
-                assert check.run() == "", f"{simulate}: run {run} failed"
-                collect()
-        finally:
-            check.cancel()
+        _run_simulated(simulate, runs, dict(options, metrics_profile=ASSETS_PROFILE), collect)
     # Sidecar mode with no sidecar: the sidecar's service check, CRITICAL.
     check = GpuMonitoringCheck("gpu_monitoring", {}, [
         {"source": "sidecar", "sidecar_socket": str(tmp_path_factory.mktemp("sidecar") / "none.sock"),
@@ -184,9 +188,33 @@ def emitted(tmp_path_factory) -> Emitted:
     return Emitted(dict(metrics), dict(values), dict(checks), events, sources)
 
 
+# The boards whose GPUs have parts with series of their own: NVLink links, NVLink 5, C2C links.
+PART_SCENARIOS = ("dgx-h100", "hgx-b200", "gh200")
+
+
 @pytest.fixture(scope="session")
-def metric_tag_keys(emitted) -> Dict[str, Set[str]]:
-    """Tag keys each metric can carry, the Agent's included.
+def part_tag_keys(emitted) -> Dict[str, Set[str]]:
+    """The tag keys of a GPU part's series (nvlink_port, c2c_link...), per metric: seen when the boards
+    with parts run with every series sent, never in the profile the assets work in, yet keys the check
+    submits (`reads_parts` says which profile a query of them needs)."""
+    seen = defaultdict(set)
+
+    def collect():
+        for name in stub_aggregator.metric_names:
+            for stub in stub_aggregator.metrics(name):
+                seen[name].update(tag.split(":", 1)[0] for tag in stub.tags)
+        stub_aggregator.reset()
+
+    stub_aggregator.reset()
+    for simulate in PART_SCENARIOS:
+        _run_simulated(simulate, 2, {"metrics_profile": PROFILES[-1]}, collect)
+    return {name: keys - emitted.metrics.get(name, set()) for name, keys in seen.items()
+            if SPEC[name[len(NAMESPACE):]].part_profile}
+
+
+@pytest.fixture(scope="session")
+def metric_tag_keys(emitted, part_tag_keys) -> Dict[str, Set[str]]:
+    """Tag keys each metric can carry, its parts' and the Agent's included.
 
     Device, MIG, process, workload and XID series are tagged by one builder per scope (metrics.yaml's
     `scope`), so a key seen on one metric of a scope applies to all of them: a scenario only shows
@@ -199,15 +227,28 @@ def metric_tag_keys(emitted) -> Dict[str, Set[str]]:
     keys = {}
     for metric in SPEC.values():
         seen = emitted.metrics.get(metric.full_name, set()) if metric.scope == "node" else by_scope[metric.scope]
-        keys[metric.full_name] = seen | AGENT_TAG_KEYS
+        keys[metric.full_name] = seen | AGENT_TAG_KEYS | part_tag_keys.get(metric.full_name, set())
     return keys
 
 
-def needed_profile(metrics) -> str:
-    """The smallest metrics_profile that sends every one of `metrics` (full names); service checks
-    and events, sent in every profile, need the smallest."""
-    ranks = [PROFILES.index(SPEC[metric[len(NAMESPACE):]].profile) for metric in metrics]
+def reads_parts(ref) -> bool:
+    """Whether a MetricRef reads the series of a GPU's parts (one per NVLink link...): it groups by or
+    filters on the part's tag (metrics.yaml's `part_tag`), not merely to leave them out (`!tag:*`)."""
+    tag = SPEC[ref.metric[len(NAMESPACE):]].part_tag
+    return bool(tag) and tag in ((ref.filter_keys - ref.excluded) | set(ref.by))
+
+
+def needed_profile(refs) -> str:
+    """The smallest metrics_profile that sends every series `refs` (MetricRefs) read: a part's series
+    are sent with the metric's part profile, a GPU's own with its profile. Service checks and events,
+    sent in every profile, need the smallest."""
+    ranks = [PROFILES.index(_metric(ref).parts_profile if reads_parts(ref) else _metric(ref).profile)
+             for ref in refs]
     return PROFILES[max(ranks, default=0)]
+
+
+def _metric(ref):
+    return SPEC[ref.metric[len(NAMESPACE):]]
 
 
 # --- loading into the API client's models ----------------------------------------------------
@@ -330,6 +371,7 @@ class MetricRef(NamedTuple):
     variables: Set[str]
     by: List[str]
     functions: List[str]
+    excluded: Set[str]  # keys the filter leaves out: `!key:*`
 
 
 def parse_filter(text: str):
@@ -351,6 +393,10 @@ def parse_filter(text: str):
     return keys, dict(values), variables
 
 
+def _excluded(text: str) -> Set[str]:
+    return {token.strip()[1:].partition(":")[0] for token in SEPARATORS.split(text) if token.strip().startswith("!")}
+
+
 def metric_refs(query: str) -> List[MetricRef]:
     refs = []
     for match in METRIC_QUERY.finditer(query):
@@ -358,7 +404,7 @@ def metric_refs(query: str) -> List[MetricRef]:
         by = [key.strip() for key in (match["by"] or "").split(",") if key.strip()]
         refs.append(MetricRef(
             match["metric"], match["space"], keys, values, variables, by,
-            re.findall(r"\.(\w+)\(", match["functions"]),
+            re.findall(r"\.(\w+)\(", match["functions"]), _excluded(match["filter"]),
         ))
     named = re.findall(r"gpu_monitoring\.[\w.]+", query)
     assert len(named) == len(refs), f"unparsed metric in {query!r}"

@@ -21,10 +21,12 @@ from .assets_support import (
     _all_refs,
     emitted,
     metric_tag_keys,
+    part_tag_keys,
+    reads_parts,
 )
 
 # Fixtures: pytest finds them among this module's names; listed so that linters see them used.
-__all__ = ["emitted", "metric_tag_keys"]
+__all__ = ["emitted", "metric_tag_keys", "part_tag_keys"]
 
 METADATA = {row["metric_name"]: row for row in csv.DictReader((ROOT / "metadata.csv").read_text().splitlines())}
 
@@ -53,6 +55,16 @@ def test_the_scenarios_show_every_scope_and_service_check(emitted):
 def test_every_metric_exists_in_metadata():
     for where, ref, _, _ in _all_refs():
         assert ref.metric in METADATA, f"{where}: {ref.metric} is not in metadata.csv"
+
+
+def test_a_query_of_a_metric_with_series_per_part_says_which_it_reads():
+    """A GPU's total and its parts' series (one per NVLink link) share a name: a query that neither
+    reads the parts (`nvlink_port:*`, by nvlink_port) nor leaves them out (`!nvlink_port:*`) would add
+    the total to its links wherever the profile sends both."""
+    for where, ref, _, _ in _all_refs():
+        tag = SPEC[ref.metric[len(NAMESPACE):]].part_tag
+        if tag:
+            assert reads_parts(ref) or tag in ref.excluded, f"{where}: {ref.metric} needs {tag}:* or !{tag}:*"
 
 
 def test_every_metric_is_sent_in_the_assets_profile(emitted):

@@ -121,8 +121,8 @@ def test_service_check_monitor(path, emitted):
 @pytest.mark.parametrize("path", MONITOR_FILES, ids=lambda p: p.name)
 def test_monitor_names_the_profile_it_needs(path):
     monitor = _monitor(path)
-    metrics = [ref.metric for ref in metric_refs(monitor["query"])] if monitor["type"] == "query alert" else []
-    needed = needed_profile(metrics)
+    refs = metric_refs(monitor["query"]) if monitor["type"] == "query alert" else []
+    needed = needed_profile(refs)
     assert [tag for tag in monitor["tags"] if tag.startswith("metrics_profile:")] == [f"metrics_profile:{needed}"]
     assert PROFILES.index(needed) <= PROFILES.index(ASSETS_PROFILE), f"{path.name} needs {needed}"
 
