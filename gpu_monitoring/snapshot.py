@@ -107,6 +107,9 @@ class MigInstance:
     # Series of a part of the instance, by that part's tags joined with commas, then by metric name.
     tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
+    # Who measured the SM and engine activity (`sm_active`, `graphics_active`...): "gpm" (NVML, Hopper
+    # and later) or "dcgm" (the node's dcgm-exporter); None where neither did.
+    activity_source: Optional[str] = None
 
 
 @dataclass
@@ -124,6 +127,9 @@ class Device:
     # Series of a part of the GPU (an NVLink link), by that part's tags joined with commas, then by metric name.
     tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)
+    # Who measured the SM and engine activity (`sm_active`, `graphics_active`...): "gpm" (NVML, Hopper
+    # and later) or "dcgm" (the node's dcgm-exporter); None where neither did.
+    activity_source: Optional[str] = None
     mig_instances: List[MigInstance] = field(default_factory=list)
     # Each NVLink link's state (NVML_FI_DEV_NVLINK_GET_STATE) in link order; None where the driver
     # did not answer. Health judges it in every metrics profile.

@@ -6,13 +6,14 @@ from ..nvml.device import Device
 from ..nvml.errors import CannotAnswer
 from ..nvml.gpm import GPM_METRICS, PCIE_METRICS, GpmSampler
 from .base import Collector, Fields, sample_key
-from .series import Reading, gauge
+from .series import Reading, fact, gauge
 
 UTILIZATION_GPU = gauge("utilization.gpu")
 UTILIZATION_MEMORY = gauge("utilization.memory")
 UTILIZATION_ENCODER = gauge("utilization.encoder")
 UTILIZATION_DECODER = gauge("utilization.decoder")
 GPM_SERIES = {name: gauge(name) for name in (*GPM_METRICS, *PCIE_METRICS)}
+ACTIVITY_SOURCE = fact("activity_source")
 
 
 class Utilization(Collector):
@@ -56,7 +57,10 @@ class Gpm(Collector):
             return []
         if self._pcie and "pcie.throughput.tx" in values:
             self._gave_pcie.add(device.index)
-        return [(GPM_SERIES[name], value) for name, value in values.items()]
+        found = [(GPM_SERIES[name], value) for name, value in values.items()]
+        if found:
+            found.append((ACTIVITY_SOURCE, "gpm"))
+        return found
 
     def gave_pcie(self, device: Device) -> bool:
         """Whether this run's sample of the whole GPU gave its PCIe throughput."""
