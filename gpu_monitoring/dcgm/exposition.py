@@ -9,7 +9,7 @@ rather than `UUID`); a MIG instance's series carry its parent's UUID and `GPU_I_
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Collection, Dict, Iterable, List, Optional, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,16 +30,14 @@ FIELDS: Dict[str, Tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink.throughput.rx", 1.0),
 }
 # Fields that move at every one of DCGM's samples while a GPU is powered, idle or not: a page whose
-# values of them stand still is a page DCGM no longer updates (freshness.py). The energy counter
-# only grows; power draw wanders by milliwatts. Both are in dcgm-exporter's default counters.
-HEARTBEAT = ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE")
-_OLD_HEARTBEAT = ("dcgm_total_energy_consumption", "dcgm_power_usage")
-_NAMES = {**{name: name for name in (*FIELDS, *HEARTBEAT)}, **{name.lower(): name for name in FIELDS},
-          **dict(zip(_OLD_HEARTBEAT, HEARTBEAT))}
-# A line is kept when it starts with a name used and the name ends there: `DCGM_FI_PROF_SM_ACTIVE`
-# must not keep `DCGM_FI_PROF_SM_ACTIVE_X`. Comments (`# HELP`, `# TYPE`) are left out: the
-# parser needs none of them.
-_PREFIXES = tuple(name + end for name in _NAMES for end in ("{", " "))
+# lines of them stand still is a page DCGM no longer updates (freshness.py). The energy counter
+# only grows; power draw wanders by milliwatts. Both are in dcgm-exporter's default counters (and,
+# in lower case, its old namespace's). Their lines are compared as text, never parsed.
+HEARTBEAT = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE",
+                       "dcgm_total_energy_consumption", "dcgm_power_usage"})
+METRICS = frozenset(metric for metric, _ in FIELDS.values())
+# A series' name as the page spells it (either namespace) -> its DCGM field.
+_NAMES = {**{name: name for name in FIELDS}, **{name.lower(): name for name in FIELDS}}
 # Any dcgm-exporter page names DCGM's fields; a page with none is not one.
 _DCGM_MARKS = ("DCGM_FI_", "dcgm_")
 
@@ -63,8 +61,8 @@ class Sample:
 @dataclass(frozen=True)
 class Page:
     samples: List[Sample]
-    # The heartbeat fields' values in page order, to tell a page DCGM updates from one that repeats.
-    heartbeat: Tuple[float, ...] = ()
+    # The heartbeat fields' lines in page order, to tell a page DCGM updates from one that repeats.
+    heartbeat: Tuple[str, ...] = ()
 
 
 def dcgm_key(uuid: str) -> str:
@@ -74,27 +72,38 @@ def dcgm_key(uuid: str) -> str:
     return uuid[4:] if uuid.startswith("gpu-") else uuid
 
 
-def parse(body: bytes) -> Page:
-    """The profiling values and heartbeat of a page; NotAnExporterPage when it is no dcgm-exporter
-    page. A series without a GPU UUID, with a GPU_I_ID that is no number, or with a value that is no
-    finite number >= 0 (DCGM's NaN where a field is not supported) is left out."""
+def parse(body: bytes, wanted: Collection[str] = METRICS) -> Page:
+    """The values of the `wanted` metrics (exposition's names: `sm_active`...) and the heartbeat of a
+    page; NotAnExporterPage when it is no dcgm-exporter page. Parsing is most of a read's cost: a
+    metric no GPU lacks need not be parsed. A series without a GPU UUID, with a GPU_I_ID that is no
+    number, or with a value that is no finite number >= 0 (DCGM's NaN where a field is not supported)
+    is left out."""
     text = body.decode("utf-8", "replace")
     if not any(mark in text for mark in _DCGM_MARKS):
         raise NotAnExporterPage("the answer names no DCGM field")
-    kept = "\n".join(line for line in text.splitlines() if line.startswith(_PREFIXES))
+    kept, heartbeat = _lines(text, wanted)
     try:
-        families = list(text_string_to_metric_families(kept + "\n"))
+        families = list(text_string_to_metric_families("".join(kept)))
     except (ValueError, TypeError, IndexError) as e:  # the parser's errors for a malformed line
         raise NotAnExporterPage(f"a line of a DCGM field does not parse: {e}") from None
-    samples: List[Sample] = []
-    heartbeat: List[float] = []
-    for family in families:
-        field = _NAMES.get(family.name)
-        if field in FIELDS:
-            samples.extend(_samples(family.samples, *FIELDS[field]))
-        elif field is not None:
-            heartbeat.extend(s.value for s in family.samples if math.isfinite(s.value))
+    samples = [s for family in families for s in _samples(family.samples, *FIELDS[_NAMES[family.name]])]
     return Page(samples, tuple(heartbeat))
+
+
+def _lines(text: str, wanted: Collection[str]) -> Tuple[List[str], List[str]]:
+    """The lines of the fields wanted (ending in newlines, for the parser), and the heartbeat's. A
+    comment (`# HELP`, `# TYPE`) is neither: the parser needs none of them."""
+    kept: List[str] = []
+    heartbeat: List[str] = []
+    for line in text.splitlines():
+        name = line.partition("{")[0].partition(" ")[0]
+        field = _NAMES.get(name)
+        if field is not None:
+            if FIELDS[field][0] in wanted:
+                kept.append(line + "\n")
+        elif name in HEARTBEAT:
+            heartbeat.append(line)
+    return kept, heartbeat
 
 
 def _samples(raw: Iterable, metric: str, scale: float) -> Iterable[Sample]:

@@ -10,13 +10,20 @@ NVLink throughput) stays: DCGM fills only what is missing, and says so in `activ
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from ..snapshot import Device, MigInstance, Snapshot
-from .exposition import Sample, dcgm_key
+from .exposition import METRICS, Sample, dcgm_key
 
 SOURCE = "dcgm"
 # Series of the whole GPU's links; every other field is activity.
 LINK_METRICS = frozenset({"pcie.throughput.tx", "pcie.throughput.rx", "nvlink.throughput.tx", "nvlink.throughput.rx"})
 
 Target = Union[Device, MigInstance]
+
+
+def wanted(snapshot: Snapshot) -> Set[str]:
+    """The metrics to take from the page: activity always (it also tells this node's GPUs from
+    another's), PCIe and NVLink throughput only where a GPU lacks NVML's."""
+    lacking = {m for d in snapshot.devices if d.uuid and not d.lost for m in LINK_METRICS - d.metrics.keys()}
+    return (METRICS - LINK_METRICS) | lacking
 
 
 def join(snapshot: Snapshot, samples: Iterable[Sample]) -> Set[str]:

@@ -21,7 +21,7 @@ from .client import DEFAULT_TIMEOUT, DcgmClient, DcgmError
 from .discovery import exporter_url
 from .exposition import NotAnExporterPage, parse
 from .freshness import Freshness
-from .join import join
+from .join import join, wanted
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class DcgmReader:
 
     def _read(self, client: DcgmClient, snapshot: Snapshot) -> State:
         try:
-            page = parse(client.read())
+            page = parse(client.read(), wanted(snapshot))
         except NotAnExporterPage as e:
             return Status.CRITICAL, f"{client.url} is no dcgm-exporter page: {e}"
         if not page.samples:
