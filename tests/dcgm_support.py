@@ -1,5 +1,6 @@
 """A dcgm-exporter stand-in for fault tests: a real HTTP server on 127.0.0.1 that serves a page
-in dcgm-exporter's format, or misbehaves on purpose, and pages written for a simulated node's GPUs."""
+in dcgm-exporter's format, or misbehaves on purpose; pages written for a simulated node's GPUs, and
+the exporter's pod as the kubelet lists it."""
 
 import threading
 import time
@@ -32,6 +33,24 @@ def exporter_page(entities: Iterable[Tuple[str, Optional[int], Mapping[str, floa
         for field, value in {**values, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy + gpu}.items():
             lines += [f"# HELP {field} help", f"# TYPE {field} gauge", f"{field}{{{labels}}} {value}{stamp}"]
     return ("\n".join(lines) + "\n").encode()
+
+
+def pod(name, labels=None, image="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04", phase="Running",
+        ready="True", ip="10.244.3.17", ports=({"name": "metrics", "containerPort": 9400, "protocol": "TCP"},),
+        namespace="gpu-operator"):
+    """A pod as the kubelet's /pods lists it (the fields discovery reads, and some it does not)."""
+    return {
+        "metadata": {"uid": f"uid-{name}", "name": name, "namespace": namespace,
+                     "labels": {"app": "nvidia-dcgm-exporter", "controller-revision-hash": "5d8f"}
+                     if labels is None else labels},
+        "spec": {"nodeName": "gpu-node-17", "containers": [
+            {"name": "nvidia-dcgm-exporter", "image": image, "ports": list(ports),
+             "env": [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}]}]},
+        "status": {"phase": phase, "podIP": ip, "hostIP": "192.168.1.17",
+                   "conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": ready}],
+                   "containerStatuses": [{"name": "nvidia-dcgm-exporter", "containerID": "containerd://abc",
+                                          "ready": ready == "True"}]},
+    }
 
 
 class ExporterServer:

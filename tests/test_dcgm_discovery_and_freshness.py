@@ -7,23 +7,7 @@ from gpu_monitoring.dcgm.exposition import Page, Sample
 from gpu_monitoring.dcgm.freshness import STALE_AFTER, Freshness
 from gpu_monitoring.kube.pod_list import parse_pod_list
 
-
-def pod(name, labels=None, image="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04", phase="Running",
-        ready="True", ip="10.244.3.17", ports=({"name": "metrics", "containerPort": 9400, "protocol": "TCP"},),
-        namespace="gpu-operator"):
-    """A pod as the kubelet's /pods lists it (the fields discovery reads, and some it does not)."""
-    return {
-        "metadata": {"uid": f"uid-{name}", "name": name, "namespace": namespace,
-                     "labels": {"app": "nvidia-dcgm-exporter", "controller-revision-hash": "5d8f"}
-                     if labels is None else labels},
-        "spec": {"nodeName": "gpu-node-17", "containers": [
-            {"name": "nvidia-dcgm-exporter", "image": image, "ports": list(ports),
-             "env": [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}]}]},
-        "status": {"phase": phase, "podIP": ip, "hostIP": "192.168.1.17",
-                   "conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": ready}],
-                   "containerStatuses": [{"name": "nvidia-dcgm-exporter", "containerID": "containerd://abc",
-                                          "ready": ready == "True"}]},
-    }
+from .dcgm_support import pod
 
 
 def found(*pods):
