@@ -11,6 +11,7 @@ from datadog_checks.base.utils.tagging import tagger
 from . import health
 from .attribution import Attribution, Settings, attribute
 from .config_models import ConfigMixin
+from .dcgm import DcgmReader
 from .deps import require
 from .kube.allocations import AllocationReader
 from .kube.kubelet import KubeletClient, KubeletError
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
 SIDECAR_CAN_CONNECT = "sidecar.can_connect"
+DCGM_CAN_CONNECT = "dcgm.can_connect"
 CURSOR = "sidecar_event_cursor"
 # The NVLink links seen up (health.NvLinkMemory), kept across Agent restarts: this check judges the
 # snapshot in local and sidecar mode alike, so its cache serves both.
@@ -55,6 +57,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.kubelet: Optional[KubeletClient] = None
         self.allocation_reader: Optional[AllocationReader] = None
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
+        self.dcgm: Optional[DcgmReader] = None
         self.settings: Optional[Settings] = None
         self._previous: Dict[str, Device] = {}
         self._fabric_registered = health.FabricMemory()
@@ -81,6 +84,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self.options = derive(self.config, standing_in)
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
+        self.dcgm = DcgmReader(self.options.dcgm_exporter_url)
         self.settings = Settings(
             effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
@@ -130,7 +134,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._kubernetes_without_gpus()
             return
         self._report_versions(snapshot)
-        attribution = attribute(snapshot, self._pods(snapshot.allocations), self.settings)
+        pods = self._pods(snapshot.allocations)
+        self._read_dcgm(snapshot, pods)
+        attribution = attribute(snapshot, pods, self.settings)
         healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered) for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution)
         self.source.submitted()
@@ -240,6 +246,21 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         for problem in sorted(set(attribution.problems) - self._told):
             self.warning("pod-resources: %s", problem)
         self._told = set(attribution.problems)
+
+    # --- DCGM ---------------------------------------------------------------------------
+
+    @cached_property
+    def _dcgm_check(self) -> ReasonedServiceCheck:
+        return ReasonedServiceCheck(self, DCGM_CAN_CONNECT, self.options.tags,
+                                    "DCGM activity is not read from dcgm-exporter: %s", "dcgm-exporter answers again")
+
+    def _read_dcgm(self, snapshot: Snapshot, pods: Optional[List[PodInfo]]) -> None:
+        """DCGM's activity into the snapshot, in local and sidecar mode alike (finding the exporter
+        takes the kubelet's pods, which only the check reads); the service check only where an
+        exporter is configured or was found."""
+        state = self.dcgm.enrich(snapshot, pods)
+        if state is not None:
+            self._dcgm_check.send(*state)
 
     # --- health -----------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ class CheckSettings:
     kubelet: Dict[str, Any]  # KubeletClient arguments
     pod_resources_socket: str
     gpu_resource_names: List[str]
+    dcgm_exporter_url: str  # auto | none | an http(s) URL
     proc_root: str
     max_processes_per_device: int
     hourly_price: Dict[str, float]
@@ -70,6 +71,7 @@ def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = No
         kubelet=kubelet_settings(config),
         pod_resources_socket=config.pod_resources_socket,
         gpu_resource_names=list(config.gpu_resource_names),
+        dcgm_exporter_url=config.dcgm_exporter_url,
         proc_root=config.proc_root or default_proc_root(),
         max_processes_per_device=config.max_processes_per_device,
         hourly_price=dict(config.hourly_price),

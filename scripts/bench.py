@@ -5,6 +5,7 @@
 
 1. NVML calls per GPU per steady-state run, by function;
 2. CPU per series against the submission floor, interleaved in one process, and field entries' cost;
+   what a DCGM read (dcgm-exporter's page parsed and joined) adds to a run;
 3. a profile of steady-state runs, grouped by whose code each function is;
 4. scaling with GPUs, processes, pods and MIG instances; kubelet, pod-resources and /proc reads;
 5. memory over many runs in local and sidecar mode.
@@ -32,6 +33,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from bench_support import (  # noqa: E402
     calls,
     cpu,
+    dcgm_read,
     document,
     headline,
     hotspots,
@@ -117,6 +119,7 @@ def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     fields = cpu.field_cost(name, min(FIELD_PROFILE_RUNS, args.profile_runs), headline.own_ms)
     section = cpu.section(comparisons, (name, fields), report)
     section.tables.append(refresh.table(name, refresh.measure(headline, name, args.rounds)))
+    section.tables.append(dcgm_read.table(args.rounds, report))
     return section
 
 

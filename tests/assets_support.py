@@ -126,7 +126,8 @@ def _scenarios(directory: Path) -> List[tuple]:
         ("dgx-h100", 3, {"hourly_price": {"NVIDIA H100*": 4.0}}),
         ("t4-shared", 3, {"default_hourly_price": 0.35}),
         ("a100-mig", 3, {"hourly_price": {"NVIDIA A100*": 3.0}}),
-        ("legacy-driver", 2, {"default_hourly_price": 1.0}),
+        # With a dcgm-exporter URL where none listens: the DCGM service check, CRITICAL.
+        ("legacy-driver", 2, {"default_hourly_price": 1.0, "dcgm_exporter_url": "http://127.0.0.1:1/metrics"}),
         ("hpc-slurm", 3, {}),  # Slurm jobs, priced by the scenario's own models
         ("hgx-b200", 3, {}),  # NVLink fabric, the recovery action (t=25)
         ("gh200", 3, {}),  # C2C links

@@ -12,6 +12,7 @@ NAMES = {
     "gpu_monitoring.device.health",
     "gpu_monitoring.kubelet.can_connect",
     "gpu_monitoring.sidecar.can_connect",
+    "gpu_monitoring.dcgm.can_connect",
 }
 
 
@@ -19,7 +20,7 @@ def statuses(aggregator):
     return {(name, sc.status) for name in aggregator._service_checks for sc in aggregator.service_checks(name)}
 
 
-def test_the_four_service_checks_are_declared():
+def test_the_service_checks_are_declared():
     assert {sc["check"] for sc in get_service_checks()} == NAMES
 
 

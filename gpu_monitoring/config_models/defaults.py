@@ -8,6 +8,10 @@ def instance_collect_processes():
     return True
 
 
+def instance_dcgm_exporter_url():
+    return "auto"
+
+
 def instance_disable_generic_tags():
     return False
 

@@ -33,6 +33,7 @@ class InstanceConfig(BaseModel):
         frozen=True,
     )
     collect_processes: Optional[bool] = None
+    dcgm_exporter_url: Optional[str] = None
     default_hourly_price: Optional[float] = None
     disable_generic_tags: Optional[bool] = None
     disabled_collectors: Optional[

@@ -28,6 +28,7 @@ KNOWN_OPTIONS = frozenset({
     'pod_cache_ttl',
     'pod_resources_socket',
     'gpu_resource_names',
+    'dcgm_exporter_url',
     'hourly_price',
     'default_hourly_price',
     'effective_threshold',

@@ -20,6 +20,7 @@ from .known_options import KNOWN_OPTIONS
 
 SOURCES = ("local", "sidecar")
 KUBERNETES_MODES = ("auto", "true", "false")
+DCGM_EXPORTER_MODES = ("auto", "none")
 # Beyond these a value is a typo, not a choice: a margin over any slowdown threshold warns on every
 # GPU, a timeout longer than a minute holds the Agent's worker, no currency prices a GPU hour at a
 # billion, and no GPU runs a million processes.
@@ -36,6 +37,12 @@ def kubernetes(name: str, value: Any) -> Any:
     if isinstance(value, bool) or (isinstance(value, str) and value in KUBERNETES_MODES):
         return value
     raise ConfigurationError(f"`{name}` must be auto, true or false; got {value!r}")
+
+
+def dcgm_exporter_url(name: str, value: Any) -> str:
+    if value in DCGM_EXPORTER_MODES:
+        return value
+    return url(name, value, example="http://<POD_IP>:9400/metrics, auto or none")
 
 
 # The check's options; the Agent's own that the models check by their type are not here.
@@ -67,6 +74,7 @@ RULES: Dict[str, Callable[[str, Any], Any]] = {
     "pod_cache_ttl": partial(number, minimum=0),
     "pod_resources_socket": socket_path,
     "gpu_resource_names": strings,
+    "dcgm_exporter_url": dcgm_exporter_url,
     # The Agent's own, which it would take as they come: NaN as an interval, an empty service.
     "min_collection_interval": partial(number, minimum=0, strict=True),
     "service": text,

@@ -20,12 +20,11 @@ from typing import Deque, List, Optional, Tuple
 
 import requests
 import urllib3
-from datadog_checks.base.utils.http import RequestsWrapper
 
-from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
+from ..bounded import MIB, Deadline, ReadLimitExceeded
+from ..http_get import bounded_get, http_wrapper, reason_of
 from ..service_checks import Status
 from . import DEFAULT_TTL
-from .deadline_watch import DeadlineWatch, watch_sessions
 from .pod_list import PodInfo, parse_pod_list
 
 log = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ class KubeletClient:
         self._asked_at: Optional[float] = None
         self._pods: List[PodInfo] = []
         self._error: Optional[KubeletError] = None
-        self._http = _http_wrapper(self.ca_path, tls_verify)
+        self._http = http_wrapper(tls_verify, self.ca_path)
 
     def pods(self) -> List[PodInfo]:
         now = time.monotonic()
@@ -142,57 +141,22 @@ class KubeletClient:
             raise KubeletError(Status.CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
 
     def _get(self, deadline: Deadline) -> Tuple[int, bytes]:
-        """The status and body of one request, all of it within `deadline`: socket timeouts bound
-        each wait, read_bounded the body, and the watch the handshake and headers as well."""
+        """The status and body of one request, all of it within `deadline` (http_get.bounded_get)."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         self.requests += 1
         try:
-            left = deadline.remaining()
-            watch_sessions(self._http.session)
-            with DeadlineWatch(left) as watch:
-                try:
-                    response = self._http.get(
-                        self.url, extra_headers=headers, stream=True, timeout=(left, left), persist=True
-                    )
-                    try:
-                        return response.status_code, self._body(response, deadline)
-                    finally:
-                        response.close()
-                except Exception:
-                    if watch.expired:
-                        raise deadline.passed() from None
-                    raise
+            return bounded_get(self._http, self.url, deadline, MAX_BODY_BYTES, headers)
         except ReadLimitExceeded as e:
             raise self._limit_error(e) from None
         except requests.exceptions.SSLError as e:
             raise KubeletError(Status.CRITICAL, self._tls_failure(e)) from e
-        except requests.exceptions.Timeout:
-            # The library's text quotes the time left of the deadline, different every run: the
-            # reason must read the same while the fault lasts, or it is logged again every run.
-            raise self._limit_error(deadline.passed()) from None
         except requests.exceptions.ConnectionError as e:
             raise KubeletError(
                 Status.WARNING,
-                f"cannot connect to the kubelet at {self.url}: {_reason(e)}; check kubelet_url and that it runs",
+                f"cannot connect to the kubelet at {self.url}: {reason_of(e)}; check kubelet_url and that it runs",
             ) from e
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
-            raise KubeletError(Status.CRITICAL, f"cannot request {self.url}: {_reason(e)}; check kubelet_url") from e
-
-    def _body(self, response: requests.Response, deadline: Deadline) -> bytes:
-        """The body, decoded, as it arrives: the socket's timeout follows the deadline down, so a
-        kubelet that trickles bytes is cut off at the deadline, and a large one at MAX_BODY_BYTES."""
-        if 300 <= response.status_code < 400:
-            return b""  # a redirect is refused whatever it says
-        check_declared_size(response.headers.get("Content-Length"), MAX_BODY_BYTES)
-        connection = getattr(response.raw, "connection", None)
-        sock = getattr(connection, "sock", None)
-        set_timeout = sock.settimeout if sock is not None else None
-        try:
-            return read_bounded(
-                lambda size: response.raw.read1(size, decode_content=True), deadline, MAX_BODY_BYTES, set_timeout
-            )
-        except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
-            raise deadline.passed() from None
+            raise KubeletError(Status.CRITICAL, f"cannot request {self.url}: {reason_of(e)}; check kubelet_url") from e
 
     def _limit_error(self, error: ReadLimitExceeded) -> KubeletError:
         if error.reason == "too_large":
@@ -208,7 +172,7 @@ class KubeletClient:
     def _tls_failure(self, error: Exception) -> str:
         trusted = f"the CA in {self.ca_path}" if self.ca_path else "the system CA bundle"
         return (
-            f"TLS verification of the kubelet at {self.url} failed against {trusted}: {_reason(error)}; "
+            f"TLS verification of the kubelet at {self.url} failed against {trusted}: {reason_of(error)}; "
             "set kubelet_ca_path to the CA that signed the kubelet's serving certificate, "
             "or kubelet_tls_verify: false"
         )
@@ -290,34 +254,3 @@ def _token_problem(raw: bytes) -> Optional[str]:
     if not text.isascii():
         return "has characters outside ASCII, which an HTTP header cannot carry"
     return None
-
-
-def _reason(error: Exception) -> str:
-    """The innermost cause of a requests error, without urllib3's pool and retry wrapping."""
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    while reason is not None and reason.args and isinstance(reason.args[0], Exception):
-        reason = reason.args[0]
-    return str(reason if reason is not None else error)
-
-
-def _http_wrapper(ca_path: Optional[str], tls_verify: bool) -> RequestsWrapper:
-    """Each request passes its own timeout, what is left of its deadline."""
-    options = {
-        "tls_verify": tls_verify,
-        "tls_ca_cert": ca_path,
-        # The kubelet is on this node: never reach it through a proxy.
-        "skip_proxy": True,
-        # A redirect would carry the token elsewhere, and its answer could come from anyone.
-        "allow_redirects": False,
-    }
-    http = RequestsWrapper(options, {}, logger=log)
-    # Nor through the environment's proxy, CA bundle or .netrc settings: looking for them scans the
-    # whole environment on every request (about a third of a kept-alive request's CPU).
-    http.session.trust_env = False
-    # Kubelet serving certificates come from the cluster CA or are self-signed; neither names
-    # issuer URLs to fetch, so chasing them would only add a connection and an error log per failure.
-    # Older bases (37.x, in Agents 7.72 and later) have no such setting: they always chase.
-    if hasattr(http, "aia_chasing_max_depth"):
-        http.aia_chasing_max_depth = 0
-    return http
-

@@ -11,11 +11,19 @@ GPU_RESOURCE_PREFIX = "nvidia.com/"
 
 
 @dataclass(frozen=True)
+class ContainerPort:
+    container_port: int
+    name: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class ContainerInfo:
     name: str
     container_id: Optional[str]
     env: Dict[str, str] = field(default_factory=dict)
     gpu_limits: Dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    ports: List[ContainerPort] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,10 @@ class PodInfo:
     namespace: str
     phase: str
     containers: List[ContainerInfo] = field(default_factory=list)
+    labels: Dict[str, str] = field(default_factory=dict)
+    pod_ip: Optional[str] = None
+    # The pod's Ready condition is True: every container is ready to serve.
+    ready: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -53,7 +65,22 @@ def _pod(item: Any, where: str) -> PodInfo:
         namespace=_optional(metadata, "namespace", str, f"{where}.metadata", ""),
         phase=_optional(status, "phase", str, f"{where}.status", "Unknown"),
         containers=[_container(c, f"{where}.spec.containers[{i}]", ids) for i, c in enumerate(containers)],
+        labels=_strings(_optional(metadata, "labels", dict, f"{where}.metadata", {}), f"{where}.metadata.labels"),
+        pod_ip=_optional(status, "podIP", str, f"{where}.status", None),
+        ready=_ready(_optional(status, "conditions", list, f"{where}.status", []), f"{where}.status.conditions"),
     )
+
+
+def _ready(conditions: List[Any], where: str) -> bool:
+    for i, condition in enumerate(conditions):
+        condition = json_typed(dict, condition, f"{where}[{i}]")
+        if condition.get("type") == "Ready":
+            return _optional(condition, "status", str, f"{where}[{i}]", "") == "True"
+    return False
+
+
+def _strings(values: Mapping[str, Any], where: str) -> Dict[str, str]:
+    return {k: json_typed(str, v, f"{where}[{k!r}]") for k, v in values.items()}
 
 
 def _container_ids(statuses: List[Any], where: str) -> Dict[str, Optional[str]]:
@@ -71,6 +98,7 @@ def _container(spec: Any, where: str, ids: Mapping[str, Optional[str]]) -> Conta
     resources = _optional(spec, "resources", dict, where, {})
     limits = _optional(resources, "limits", dict, f"{where}.resources", {})
     env = _optional(spec, "env", list, where, [])
+    ports = _optional(spec, "ports", list, where, [])
     return ContainerInfo(
         name=name,
         container_id=ids.get(name),
@@ -80,6 +108,15 @@ def _container(spec: Any, where: str, ids: Mapping[str, Optional[str]]) -> Conta
             for k, v in limits.items()
             if k.startswith(GPU_RESOURCE_PREFIX)
         },
+        image=_optional(spec, "image", str, where, ""),
+        ports=[_port(p, f"{where}.ports[{i}]") for i, p in enumerate(ports)],
+    )
+
+
+def _port(spec: Any, where: str) -> ContainerPort:
+    spec = json_typed(dict, spec, where)
+    return ContainerPort(
+        container_port=_required(spec, "containerPort", int, where), name=_optional(spec, "name", str, where, None)
     )
 
 

@@ -46,6 +46,7 @@ EXTRA_WRONG = {
     "xid_ignore": [[0], [-13], [True], ["13"], [1.5]],
     "kubernetes": ["yes", "TRUE", "", 1, 0, [], {"a": 1}],
     "metric_patterns": [{"include": 5}, {"exclude": [{"a": 1}]}, None],  # null: the Agent's base refuses it
+    "dcgm_exporter_url": ["Auto", "off", "false", "10.0.0.5:9400", "ftp://host/metrics", "http://", "http://h:0/"],
     "kubelet_url": [
         "localhost:10250", "ftp://host/pods", "https://", "//host:10250", "https://[::1", "https://host:99999",
         "https://host:0", "https://host:port", "https://ho st:10250", "https://host:10250/pods\n",
@@ -108,6 +109,8 @@ RIGHT = [
     ("kubelet_url", "https://10.0.0.7:10250"),
     ("kubelet_url", "http://[::1]:10255/pods"),
     ("kubelet_url", "https://node-1.example.com/"),
+    ("dcgm_exporter_url", "none"),
+    ("dcgm_exporter_url", "http://10.244.3.17:9400/metrics"),
     ("kubelet_timeout", 0.5),
     ("kubelet_timeout", 60),
     ("pod_cache_ttl", 0),

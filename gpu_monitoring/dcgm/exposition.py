@@ -1,0 +1,121 @@
+"""What a dcgm-exporter `/metrics` page says of DCGM's profiling fields, per GPU and per MIG instance.
+
+Only the lines of the fields used are kept, then parsed by prometheus_client's parser (which the
+Agent ships with datadog-checks-base): a full page holds some thirty fields a GPU, of which a check
+run needs a handful. dcgm-exporter names a series by its DCGM field (`DCGM_FI_PROF_SM_ACTIVE`), or
+in lower case with `--use-old-namespace` (`dcgm_fi_prof_sm_active`, its GPU in a `uuid` label
+rather than `UUID`); a MIG instance's series carry its parent's UUID and `GPU_I_ID`.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Collection, Dict, Iterable, List, Optional, Tuple
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# DCGM's ratios (0-1) are sent as percent, as GPM's are; its PCIe and NVLink fields are bytes per second.
+PERCENT = 100.0
+FIELDS: Dict[str, Tuple[str, float]] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("graphics_active", PERCENT),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", PERCENT),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", PERCENT),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", PERCENT),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", PERCENT),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active", PERCENT),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active", PERCENT),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active", PERCENT),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie.throughput.tx", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie.throughput.rx", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink.throughput.tx", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink.throughput.rx", 1.0),
+}
+# Fields that move at every one of DCGM's samples while a GPU is powered, idle or not: a page whose
+# lines of them stand still is a page DCGM no longer updates (freshness.py). The energy counter
+# only grows; power draw wanders by milliwatts. Both are in dcgm-exporter's default counters (and,
+# in lower case, its old namespace's). Their lines are compared as text, never parsed.
+HEARTBEAT = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE",
+                       "dcgm_total_energy_consumption", "dcgm_power_usage"})
+METRICS = frozenset(metric for metric, _ in FIELDS.values())
+# A series' name as the page spells it (either namespace) -> its DCGM field.
+_NAMES = {**{name: name for name in FIELDS}, **{name.lower(): name for name in FIELDS}}
+# Any dcgm-exporter page names DCGM's fields; a page with none is not one.
+_DCGM_MARKS = ("DCGM_FI_", "dcgm_")
+
+
+class NotAnExporterPage(ValueError):
+    """The answer is not dcgm-exporter's text format."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One profiling value, converted: `gpu_uuid` as dcgm_key() makes it, `gpu_instance_id` for a
+    MIG instance's, `timestamp` (seconds) where the exporter wrote one."""
+
+    gpu_uuid: str
+    gpu_instance_id: Optional[int]
+    metric: str
+    value: float
+    timestamp: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Page:
+    samples: List[Sample]
+    # The heartbeat fields' lines in page order, to tell a page DCGM updates from one that repeats.
+    heartbeat: Tuple[str, ...] = ()
+
+
+def dcgm_key(uuid: str) -> str:
+    """A GPU's UUID as joins compare it: DCGM and NVML agree on the hex digits, not always on the
+    case or the `GPU-` prefix."""
+    uuid = uuid.strip().lower()
+    return uuid[4:] if uuid.startswith("gpu-") else uuid
+
+
+def parse(body: bytes, wanted: Collection[str] = METRICS) -> Page:
+    """The values of the `wanted` metrics (exposition's names: `sm_active`...) and the heartbeat of a
+    page; NotAnExporterPage when it is no dcgm-exporter page. Parsing is most of a read's cost: a
+    metric no GPU lacks need not be parsed. A series without a GPU UUID, with a GPU_I_ID that is no
+    number, or with a value that is no finite number >= 0 (DCGM's NaN where a field is not supported)
+    is left out."""
+    text = body.decode("utf-8", "replace")
+    if not any(mark in text for mark in _DCGM_MARKS):
+        raise NotAnExporterPage("the answer names no DCGM field")
+    kept, heartbeat = _lines(text, wanted)
+    try:
+        families = list(text_string_to_metric_families("".join(kept)))
+    except (ValueError, TypeError, IndexError) as e:  # the parser's errors for a malformed line
+        raise NotAnExporterPage(f"a line of a DCGM field does not parse: {e}") from None
+    samples = [s for family in families for s in _samples(family.samples, *FIELDS[_NAMES[family.name]])]
+    return Page(samples, tuple(heartbeat))
+
+
+def _lines(text: str, wanted: Collection[str]) -> Tuple[List[str], List[str]]:
+    """The lines of the fields wanted (ending in newlines, for the parser), and the heartbeat's. A
+    comment (`# HELP`, `# TYPE`) is neither: the parser needs none of them."""
+    kept: List[str] = []
+    heartbeat: List[str] = []
+    for line in text.splitlines():
+        name = line.partition("{")[0].partition(" ")[0]
+        field = _NAMES.get(name)
+        if field is not None:
+            if FIELDS[field][0] in wanted:
+                kept.append(line + "\n")
+        elif name in HEARTBEAT:
+            heartbeat.append(line)
+    return kept, heartbeat
+
+
+def _samples(raw: Iterable, metric: str, scale: float) -> Iterable[Sample]:
+    for sample in raw:
+        labels = sample.labels
+        uuid = labels.get("UUID") or labels.get("uuid")
+        instance = labels.get("GPU_I_ID")
+        if not uuid or not math.isfinite(sample.value) or sample.value < 0:
+            continue
+        if instance is not None and not instance.isdigit():
+            continue
+        value = sample.value * scale
+        if scale == PERCENT:
+            value = min(value, PERCENT)  # a ratio a hair over 1 is a full pipe, not more
+        yield Sample(dcgm_key(uuid), None if instance is None else int(instance), metric, value, sample.timestamp)
