@@ -72,7 +72,7 @@ def test_the_fleet_funnel(dgx):
     assert [s.value for s in dgx.series("devices.count")] == [8]
     for stage in ("total", "allocated", "active", "effective"):
         (stub,) = dgx.series(f"fleet.devices.{stage}")
-        assert stub.tags == ["gpu_device:nvidia_h100_80gb_hbm3"]
+        assert stub.tags == ["gpu_device:nvidia_h100_80gb_hbm3", "activity_source:gpm"]
     kubelet = kubelet_check()
     assert kubelet.status == AgentCheck.OK and not kubelet.message
 

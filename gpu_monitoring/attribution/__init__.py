@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from ..kube.pod_list import PodInfo
 from ..snapshot import Device, Process, Snapshot
-from .fleet import DeviceState, device_state, funnel, hourly_price
+from .fleet import DeviceState, FunnelKey, device_state, funnel, hourly_price
 from .holders import Holder, HolderKey, PodDirectory, Tagger
 from .targets import TargetResolver, advertised, resolve_all
 from .workloads import (
@@ -57,7 +57,7 @@ class Attribution:
     devices: Dict[int, DeviceView]
     workloads: List[Workload]
     process_holders: Dict[Tuple[TargetKey, int], Holder]
-    funnel: Dict[Optional[str], Dict[str, int]]
+    funnel: Dict[FunnelKey, Dict[str, int]]  # counts by (GPU model, activity basis)
     allocations_from: str  # pod_resources | processes
     problems: List[str]
 

@@ -2,9 +2,15 @@
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Union
 
-from ..snapshot import Device
+from ..snapshot import Device, MigInstance
+
+# What a GPU's activity is judged by, best first: SM activity, then graphics-engine activity (all
+# dcgm-exporter's default counters give), from GPM or DCGM; utilization.gpu where neither answers.
+ACTIVITY_METRICS = ("sm_active", "graphics_active")
+UTILIZATION = "utilization"
+FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
 
 
 @dataclass
@@ -12,14 +18,16 @@ class DeviceState:
     allocated: bool
     active: bool
     effective: bool
+    basis: str = UTILIZATION  # who measured the activity `effective` rests on: gpm | dcgm | utilization
 
 
 def busy(device: Device) -> bool:
-    """Did the GPU do work during the interval: engine utilization, GPM SM activity or a process's
-    SM use. Where none of these is measured (MIG on GPUs without GPM), running compute processes."""
+    """Did the GPU do work during the interval: engine utilization, SM or graphics-engine activity
+    (GPM or DCGM, the GPU's or a MIG instance's) or a process's SM use. Where none of these is
+    measured (MIG instances nobody profiles), running compute processes."""
     processes = device.processes + [p for i in device.mig_instances for p in i.processes]
-    signals = [device.metrics.get("utilization.gpu"), device.metrics.get("sm_active")]
-    signals += [i.metrics.get("sm_active") for i in device.mig_instances]
+    signals = [device.metrics.get("utilization.gpu")]
+    signals += [t.metrics.get(name) for t in (device, *device.mig_instances) for name in ACTIVITY_METRICS]
     signals += [p.sm_utilization for p in processes]
     measured = [s for s in signals if s is not None]
     if measured:
@@ -27,37 +35,49 @@ def busy(device: Device) -> bool:
     return any(p.kind == "compute" for p in processes)
 
 
-def activity_level(device: Device) -> Optional[float]:
-    """sm_active where GPM answers (the busiest MIG instance on a MIG GPU), else utilization.gpu."""
-    m = device.metrics
-    if "sm_active" in m:
-        return m["sm_active"]
-    instances = [i.metrics["sm_active"] for i in device.mig_instances if "sm_active" in i.metrics]
-    if instances:
-        return max(instances)
-    return m.get("utilization.gpu")
+def measured_activity(target: Union[Device, MigInstance]) -> Optional[Tuple[float, str]]:
+    """A GPU's or MIG instance's own SM activity, else its graphics-engine activity, with who measured
+    it; None where neither GPM nor DCGM did."""
+    for name in ACTIVITY_METRICS:
+        if name in target.metrics:
+            # A snapshot from a sidecar older than `activity_source` had these from GPM only.
+            return target.metrics[name], target.activity_source or "gpm"
+    return None
+
+
+def activity_level(device: Device) -> Tuple[Optional[float], str]:
+    """The activity `effective` compares with the threshold, and its basis: the GPU's SM activity
+    (the busiest MIG instance's on a MIG GPU), then its graphics-engine activity, else utilization.gpu."""
+    for name in ACTIVITY_METRICS:
+        if name in device.metrics:
+            return device.metrics[name], device.activity_source or "gpm"
+        instances = [measured_activity(i) for i in device.mig_instances if name in i.metrics]
+        if instances:
+            return max(instances)
+    return device.metrics.get("utilization.gpu"), UTILIZATION
 
 
 def device_state(device: Device, allocated: bool, threshold: float) -> DeviceState:
+    level, basis = activity_level(device)
     active = allocated and busy(device)
-    if not active:
-        return DeviceState(allocated, active, False)  # an idle GPU is not effective at any level
-    level = activity_level(device)
-    return DeviceState(allocated, active, level is not None and level >= threshold)
+    # An idle GPU is not effective at any level.
+    return DeviceState(allocated, active, active and level is not None and level >= threshold, basis)
 
 
 def funnel(
     devices: List[Device], states: Dict[int, DeviceState], offered: Optional[Dict[int, bool]] = None
-) -> Dict[Optional[str], Dict[str, int]]:
-    """Counts per GPU model on this node; a lost GPU still counts in total. `allocatable` (GPUs a
-    device plugin advertises) is counted only where the kubelet says which those are."""
-    counts: Dict[Optional[str], Dict[str, int]] = {}
+) -> Dict[FunnelKey, Dict[str, int]]:
+    """Counts per GPU model and basis on this node (so that a sum over the basis is the model's);
+    a lost GPU still counts in total. `allocatable` (GPUs a device plugin advertises) is counted
+    only where the kubelet says which those are."""
+    counts: Dict[FunnelKey, Dict[str, int]] = {}
     stages = ["total", "allocated", "active", "effective"]
     if offered is not None:
         stages.insert(1, "allocatable")
     for device in devices:
-        row = counts.setdefault(device.name, dict.fromkeys(stages, 0))
         state = states.get(device.index)
+        basis = state.basis if state is not None else UTILIZATION
+        row = counts.setdefault((device.name, basis), dict.fromkeys(stages, 0))
         row["total"] += 1
         if offered is not None:
             row["allocatable"] += offered.get(device.index, False)

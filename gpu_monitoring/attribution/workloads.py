@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..snapshot import Allocation, Device, MigInstance, Process
+from .fleet import measured_activity
 from .holders import Holder, HolderKey, PodDirectory
 from .targets import Target
 
@@ -111,9 +112,11 @@ def build_workloads(
         for holder_key, (holder, _) in users.items():
             holders.setdefault(holder_key, holder)
         fraction = _instance_fraction(device, instance)
+        activity = measured_activity(instance or device)
         for holder_key, holder in holders.items():
             share = _share(target_claims, holder_key, len(holders), on_kubernetes)
-            workloads.append(_workload(key, holder, share * fraction, users.get(holder_key, (holder, []))[1]))
+            processes = users.get(holder_key, (holder, []))[1]
+            workloads.append(_workload(key, holder, share * fraction, processes, activity and activity[0]))
     return workloads
 
 
@@ -155,7 +158,10 @@ def _users(processes: List[Process], owners: List[Optional[Holder]]) -> Dict[Hol
     return users
 
 
-def _workload(target: TargetKey, holder: Holder, gpus: float, processes: List[Process]) -> Workload:
+def _workload(
+    target: TargetKey, holder: Holder, gpus: float, processes: List[Process], activity: Optional[float]
+) -> Workload:
+    """`activity`: the target's SM (else graphics-engine) activity where GPM or DCGM measured it."""
     sm_known = [p.sm_utilization for p in processes if p.sm_utilization is not None]
     # No process at all ran nothing; processes on a device without per-process sampling: unknown.
     sm = sum(sm_known) if sm_known or not processes else None
@@ -167,8 +173,10 @@ def _workload(target: TargetKey, holder: Holder, gpus: float, processes: List[Pr
         memory_used=float(sum(p.used_memory or 0 for p in processes)),
         sm_utilization=sm,
         sm_limit=float(limit) if limit and limit.replace(".", "", 1).isdigit() else None,
-        # No process at all, or processes that ran no kernel since the last run.
-        idle=not processes or (sm is not None and sm == 0),
+        # No process at all, or processes that ran no kernel since the last run: by their own SM use
+        # where NVML samples it, and by the target's activity where it is measured (a MIG instance's
+        # processes have no samples of their own; a process can sit on a GPU that does nothing).
+        idle=not processes or (sm is not None and sm == 0) or activity == 0,
     )
 
 

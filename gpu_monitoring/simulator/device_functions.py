@@ -112,11 +112,7 @@ def nvmlDeviceGetDecoderUtilization(sim, target, out, period):
 
 
 def _memory(sim, target):
-    if target.mig:
-        total = target.mig.spec.memory_mib * MIB
-        return total, 0, target.mig.memory_used(sim.now())
-    spec = target.device.spec
-    return spec["memory_mib"] * MIB, spec.get("reserved_mib", 0) * MIB, target.device.memory_used(sim.now())
+    return target.device.memory(sim.now(), target.mig)
 
 
 @nvml("hp")

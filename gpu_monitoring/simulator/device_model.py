@@ -9,7 +9,7 @@ change flags, counters and clock-event reasons; none of this keeps mutable state
 import hashlib
 import math
 from functools import cached_property
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pynvml
 
@@ -33,6 +33,10 @@ def is_mps_server(process: Dict) -> bool:
 NVLINK_BYTES_PER_S_AT_FULL_LOAD = 0.4 * 25e9
 PCIE_KB_PER_S_AT_FULL_LOAD = 12e6
 PCIE_SHARE = {"tx": 0.6, "rx": 1.0}
+# Share of the graphics engine's activity each profiling metric (GPM's and DCGM's alike) reports,
+# unless the device's load sets its own `profile`.
+PROFILE_SHARES = {"graphics": 1.0, "sm": 0.85, "occupancy": 0.45, "tensor": 0.5, "dram": 0.6,
+                  "fp64": 0.02, "fp32": 0.25, "fp16": 0.1}
 
 
 def _jitter(*parts: object) -> float:
@@ -126,6 +130,12 @@ class SimDevice:
         if used_mib is None:
             used_mib = sum(p.get("memory_mib", 0) for p in self.processes(now))
         return int(used_mib * MIB)
+
+    def memory(self, now: float, instance: Optional["SimMigInstance"] = None) -> Tuple[int, int, int]:
+        """(total, reserved, used) bytes of the GPU, or of one of its MIG instances (which reserve none)."""
+        if instance is not None:
+            return instance.spec.memory_mib * MIB, 0, instance.memory_used(now)
+        return self.spec["memory_mib"] * MIB, self.spec.get("reserved_mib", 0) * MIB, self.memory_used(now)
 
     def power_mw(self, now: float) -> int:
         return int(self._power_w(self.utilization(now)) * 1000)
@@ -291,6 +301,13 @@ class SimDevice:
             pools = [m for m in self.mig if gpu_instance in (None, m.spec.gpu_instance_id)]
             return [p for m in pools for p in m.processes(now)]
         return [p for p in self.spec.processes if _alive(p, now)]
+
+    def profile(self, load: LoadCurve, t1: float, t2: float) -> Dict[str, float]:
+        """Each profiling metric (PROFILE_SHARES' keys), in percent, as `load` (the GPU's or one of its
+        MIG instances') averaged between t1 and t2: what GPM and DCGM both measure."""
+        busy = load.mean(t1, t2)
+        shares = self.spec.load.get("profile", {})
+        return {key: busy * shares.get(key, default) for key, default in PROFILE_SHARES.items()}
 
     def process_shares(self, now: float) -> List[tuple]:
         """Each compute or MPS-client process with its share of the GPU's activity: `sm` in the

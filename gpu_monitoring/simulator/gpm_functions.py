@@ -18,16 +18,16 @@ PCIE_MIB_PER_S = {
     pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: "pcie_tx_bytes",
     pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: "pcie_rx_bytes",
 }
-# Share of the graphics-engine activity each GPM metric reports, unless the load overrides it.
-GPM_SHARES = {
-    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: ("graphics", 1.0),
-    pynvml.NVML_GPM_METRIC_SM_UTIL: ("sm", 0.85),
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: ("occupancy", 0.45),
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: ("tensor", 0.5),
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: ("dram", 0.6),
-    pynvml.NVML_GPM_METRIC_FP64_UTIL: ("fp64", 0.02),
-    pynvml.NVML_GPM_METRIC_FP32_UTIL: ("fp32", 0.25),
-    pynvml.NVML_GPM_METRIC_FP16_UTIL: ("fp16", 0.1),
+# The profiling metric (SimDevice.profile's key) each GPM metric reports.
+GPM_PROFILE = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "graphics",
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "occupancy",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor",
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram",
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: "fp64",
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: "fp32",
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: "fp16",
 }
 
 
@@ -100,18 +100,16 @@ def nvmlGpmMetricsGet(sim, out):
         return pynvml.NVML_ERROR_INVALID_ARGUMENT
     device, load, t1 = first
     t2 = second[2]
-    busy = load.mean(t1, t2)
-    shares = device.spec.load.get("profile", {})
+    profile = device.profile(load, t1, t2)
     for i in range(query.numMetrics):
         metric = query.metrics[i]
         if metric.metricId in PCIE_MIB_PER_S:
             _pcie_rate(device, load, metric, t1, t2)
             continue
-        known = GPM_SHARES.get(metric.metricId)
-        if known is None:
+        key = GPM_PROFILE.get(metric.metricId)
+        if key is None:
             metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             continue
-        key, default = known
-        metric.value = busy * shares.get(key, default)
+        metric.value = profile[key]
         metric.nvmlReturn = OK
     return OK

@@ -5,10 +5,14 @@ the CA certificate and the bearer token to files (as a service account's mount w
 serves `GET /pods` in the kubelet's JSON form from plain pod descriptions:
 
     {"uid": ..., "name": ..., "namespace": ..., "phase": "Running",
+     "labels": {"app": ...}, "pod_ip": "10.0.0.7",
      "containers": [{"name": ..., "container_id": "abc...", "runtime": "containerd",
                      "env": {"LITERAL": "1", "FROM_FIELD": {"fieldRef": {...}}},
-                     "limits": {"nvidia.com/gpu": "1"}}],
+                     "limits": {"nvidia.com/gpu": "1"},
+                     "image": "nvcr.io/...", "ports": [{"name": "metrics", "containerPort": 9400}]}],
      "init_containers": [...same shape...]}
+
+A Running pod whose containers have all started is Ready, as its condition says.
 
 A container whose `container_id` is None has not started: it gets no status entry. An env
 value that is a mapping becomes a `valueFrom` entry, as the kubelet shows downward-API and
@@ -35,11 +39,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .http_server import ThreadedServer
+
 BEHAVIOURS = ("ok", "unauthorized", "garbage", "slow", "error")
 # A client that connects and never speaks must not hold a server thread for long.
 SOCKET_TIMEOUT = 10.0
-# How often the accept loop looks for stop(): bounds how long stopping takes.
-POLL_INTERVAL = 0.1
 
 
 def pod_list(pods: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -50,17 +54,24 @@ def pod_list(pods: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
 def _pod(pod: Mapping[str, Any]) -> Dict[str, Any]:
     containers = pod.get("containers", [])
     init_containers = pod.get("init_containers", [])
+    phase = pod.get("phase", "Running")
+    ready = phase == "Running" and all(c.get("container_id") is not None for c in containers)
+    status = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": str(ready)}],
+        "containerStatuses": _statuses(containers),
+        "initContainerStatuses": _statuses(init_containers),
+    }
+    if pod.get("pod_ip"):
+        status.update(podIP=pod["pod_ip"], podIPs=[{"ip": pod["pod_ip"]}])
     return {
-        "metadata": {"uid": pod["uid"], "name": pod["name"], "namespace": pod.get("namespace", "default")},
+        "metadata": {"uid": pod["uid"], "name": pod["name"], "namespace": pod.get("namespace", "default"),
+                     "labels": dict(pod.get("labels", {}))},
         "spec": {
             "containers": [_container_spec(c) for c in containers],
             "initContainers": [_container_spec(c) for c in init_containers],
         },
-        "status": {
-            "phase": pod.get("phase", "Running"),
-            "containerStatuses": _statuses(containers),
-            "initContainerStatuses": _statuses(init_containers),
-        },
+        "status": status,
     }
 
 
@@ -70,7 +81,9 @@ def _container_spec(container: Mapping[str, Any]) -> Dict[str, Any]:
         for name, value in container.get("env", {}).items()
     ]
     limits = dict(container.get("limits", {}))
-    return {"name": container["name"], "env": env, "resources": {"limits": limits, "requests": limits}}
+    spec = {"name": container["name"], "env": env, "resources": {"limits": limits, "requests": limits}}
+    spec.update({key: container[key] for key in ("image", "ports") if key in container})
+    return spec
 
 
 def _statuses(containers: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -88,8 +101,11 @@ def _container_id(container: Mapping[str, Any]) -> str:
     return f"{container.get('runtime', 'containerd')}://{container_id}"
 
 
-class KubeletServer:
+class KubeletServer(ThreadedServer):
     """An HTTPS kubelet serving `/pods`; use as a context manager or call start() and stop()."""
+
+    BEHAVIOURS = BEHAVIOURS
+    thread_name = "kubelet-server"
 
     def __init__(
         self,
@@ -99,7 +115,7 @@ class KubeletServer:
         directory: Optional[str] = None,
         delay: float = 1.0,
     ):
-        self.behaviour = behaviour
+        super().__init__(behaviour)
         self.delay = delay
         self.requests = 0
         self.connections = 0  # TLS connections accepted: one serves many requests while the client keeps it
@@ -110,18 +126,6 @@ class KubeletServer:
         self.directory = directory or self._tempdir.name
         self.ca_path = os.path.join(self.directory, "ca.crt")
         self.token_path = os.path.join(self.directory, "token")
-        self._httpd: Optional[_TlsServer] = None
-        self._thread: Optional[threading.Thread] = None
-
-    @property
-    def behaviour(self) -> str:
-        return self._behaviour
-
-    @behaviour.setter
-    def behaviour(self, value: str) -> None:
-        if value not in BEHAVIOURS:
-            raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}; got {value!r}")
-        self._behaviour = value
 
     @property
     def url(self) -> str:
@@ -131,32 +135,15 @@ class KubeletServer:
     def pods_url(self) -> str:
         return self.url + "/pods"
 
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the kubelet server is not started")
-        return self._httpd.server_address[1]
-
     def start(self) -> "KubeletServer":
         os.makedirs(self.directory, exist_ok=True)
         context = _tls_context(self.directory, self.ca_path)
         self.write_token_file()
-        self._httpd = _TlsServer(("127.0.0.1", 0), _Handler, context, self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": POLL_INTERVAL},
-            name="kubelet-server",
-            daemon=True,
-        )
-        self._thread.start()
+        self._serve(_TlsServer(("127.0.0.1", 0), _Handler, context, self))
         return self
 
     def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._thread.join()
-            self._httpd = self._thread = None
+        super().stop()
         if self._tempdir is not None:
             self._tempdir.cleanup()
 

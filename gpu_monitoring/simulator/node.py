@@ -23,10 +23,14 @@ given and the GPU processes it runs:
 GetAllocatableResources advertises those replicas, every ID a container holds, and each other
 GPU whole (`nvidia.com/gpu`) or, with MIG on, each of its instances (`nvidia.com/mig-<profile>`).
 
+A scenario's `dcgm_exporter` block (simulator.scenario) runs dcgm-exporter on the node, as the
+NVIDIA GPU Operator deploys it: its DaemonSet's pod is in the kubelet's pod list, where the check
+finds it; it names the pods that hold each GPU or MIG instance, as dcgm-exporter's pod mapper does.
+
 `simulated_node()` makes a node from a scenario, reading nothing but the scenario and starting
-nothing. `start()` writes the proc root (every scenario has one), starts the HTTPS kubelet and
-the gRPC socket in a temporary directory and returns the instance options that point the check
-at them; `stop()` ends both and removes the directory. A model's `hourly_price` stands in for
+nothing. `start()` writes the proc root (every scenario has one), starts dcgm-exporter, the HTTPS
+kubelet and the gRPC socket in a temporary directory and returns the instance options that point
+the check at them; `stop()` ends them all and removes the directory. A model's `hourly_price` stands in for
 the instance's `hourly_price`, so that the demo shows cost; an instance that sets `hourly_price`
 replaces the scenario's prices.
 """
@@ -40,6 +44,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ..kube.device_ids import DeviceRef, parse_device_id
 from ..snapshot import Advertised, Allocation
 from .clock import SimClock
+from .dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
 from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
@@ -48,6 +53,12 @@ from .scenario import load
 from .slurm import slurm_processes
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
+# The GPU Operator's dcgm-exporter DaemonSet (NVIDIA/gpu-operator assets/state-dcgm-exporter): its
+# pod's label and container, in the operator's namespace, with a DaemonSet pod's generated suffix.
+EXPORTER_POD = "nvidia-dcgm-exporter-7kq2x"
+EXPORTER_NAMESPACE = "gpu-operator"
+EXPORTER_LABELS = {"app": "nvidia-dcgm-exporter"}
+EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
 
 
 def simulated_node(scenario: str, clock: Optional[SimClock] = None) -> "SimulatedNode":
@@ -65,6 +76,7 @@ class SimulatedNode:
         self._directory: Optional[tempfile.TemporaryDirectory] = None
         self.kubelet: Optional[KubeletServer] = None
         self.pod_resources: Optional[PodResourcesServer] = None
+        self.dcgm_exporter: Optional[DcgmExporterServer] = None
 
     def start(self, serve_kubernetes: bool = True) -> Dict[str, Any]:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
@@ -81,6 +93,9 @@ class SimulatedNode:
         prices = self.prices()
         if prices:
             standing_in["hourly_price"] = prices
+        spec = self.nvml.scenario.dcgm_exporter
+        if spec is not None:
+            self.dcgm_exporter = DcgmExporterServer(self.nvml, spec, self.exporter_holders()).start()
         if not (serve_kubernetes and self.pods):
             return dict(standing_in, kubernetes="false")
         self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
@@ -105,12 +120,12 @@ class SimulatedNode:
         }
 
     def stop(self) -> None:
-        for server in (self.pod_resources, self.kubelet):
+        for server in (self.pod_resources, self.kubelet, self.dcgm_exporter):
             if server is not None:
                 server.stop()
         if self._directory is not None:
             self._directory.cleanup()
-        self.kubelet = self.pod_resources = self._directory = None
+        self.kubelet = self.pod_resources = self.dcgm_exporter = self._directory = None
 
     # --- what the servers serve -------------------------------------------------------
 
@@ -136,7 +151,39 @@ class SimulatedNode:
                 found.update((device_id, Advertised(resource, device_id)) for resource, device_id in _whole(device))
         return list(found.values())
 
+    def exporter_holders(self) -> Dict[EntityKey, Holder]:
+        """The pod dcgm-exporter names on each GPU or GPU instance: the first to hold it (its pod
+        mapper keeps one pod per device)."""
+        holders: Dict[EntityKey, Holder] = {}
+        for pod in self.pods:
+            for c in pod["containers"]:
+                for ref in c.get("devices", []):
+                    key = _entity(ref)
+                    if key is not None:
+                        holders.setdefault(key, (pod["namespace"], pod["name"], c["name"]))
+        return holders
+
     def _kubelet_pods(self) -> List[Dict[str, Any]]:
+        return self._scenario_pods() + ([self._exporter_pod()] if self.dcgm_exporter else [])
+
+    def _exporter_pod(self) -> Dict[str, Any]:
+        return {
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{EXPORTER_NAMESPACE}/{EXPORTER_POD}")),
+            "name": EXPORTER_POD,
+            "namespace": EXPORTER_NAMESPACE,
+            "phase": "Running",
+            "labels": EXPORTER_LABELS,
+            "pod_ip": "127.0.0.1",
+            "containers": [{
+                "name": "nvidia-dcgm-exporter",
+                "container_id": _container_id(EXPORTER_NAMESPACE, EXPORTER_POD, "nvidia-dcgm-exporter"),
+                "image": EXPORTER_IMAGE,
+                "env": {"DCGM_EXPORTER_LISTEN": f":{self.dcgm_exporter.port}", "DCGM_EXPORTER_KUBERNETES": "true"},
+                "ports": [{"name": "metrics", "containerPort": self.dcgm_exporter.port, "protocol": "TCP"}],
+            }],
+        }
+
+    def _scenario_pods(self) -> List[Dict[str, Any]]:
         return [
             {
                 "uid": pod["uid"],
@@ -189,6 +236,18 @@ class SimulatedNode:
             return f"MIG-{device.spec.uuid}/{tail}"
         minor = device.spec.get("minor_number", device.index)
         return f"nvidia{minor}" + (f"/{tail}" if tail else "")
+
+
+def _entity(ref: str) -> Optional[EntityKey]:
+    """The GPU (gpu:N, gpu:N::R) or GPU instance (mig:N/GI, mig-legacy:N/GI/CI) a scenario reference names."""
+    kind, _, rest = ref.partition(":")
+    index, _, tail = rest.partition("/")
+    index = index.partition("::")[0]
+    if kind == "gpu":
+        return int(index), None
+    if kind in ("mig", "mig-legacy"):
+        return int(index), int(tail.partition("/")[0])
+    return None
 
 
 def _parsed(device_id: str) -> Optional[DeviceRef]:

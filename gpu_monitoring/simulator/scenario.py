@@ -5,10 +5,19 @@ them (with their load, processes and MIG layout) and a timeline of faults. Devic
 entries override their model's keys, so one model serves eight identical GPUs. A driver may
 lack functions (`missing_functions`, symbols absent as from an old driver) and refuse field IDs
 (`refused_fields`, pynvml's NVML_FI_* names, answered NOT_SUPPORTED on every device).
+
+`dcgm_exporter` runs NVIDIA's dcgm-exporter on the node, as the GPU Operator deploys it
+(simulator.dcgm_exporter_server):
+
+    dcgm_exporter:
+      counters: default        # dcgm-exporter's default-counters.csv; `profiling` adds SM active,
+                               # SM occupancy, the FP64/FP32/FP16 pipes and NVLink bytes
+      interval: 30             # seconds between DCGM's samples (dcgm-exporter's -c, 30000 ms by default)
+      hostname_label: Hostname # or `hostname`, as dcgm-exporter names it since May 2026
 """
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
@@ -36,6 +45,10 @@ FAULT_KINDS = {
     "fabric_lost",  # NVLink fabric registration back to `state` (not_started), or failed with `status`
     "c2c_replay",  # `count` (1) replays on C2C `link` (0)
 }
+
+
+EXPORTER_COUNTERS = ("default", "profiling")
+HOSTNAME_LABELS = ("Hostname", "hostname")
 
 
 class ScenarioError(ValueError):
@@ -85,6 +98,17 @@ class DeviceSpec:
         return self.facts.get(key, default)
 
 
+@dataclass(frozen=True)
+class DcgmExporterSpec:
+    counters: str = "default"
+    interval: float = 30.0
+    hostname_label: str = "Hostname"
+
+    @property
+    def profiling(self) -> bool:
+        return self.counters == "profiling"
+
+
 @dataclass
 class Scenario:
     name: str
@@ -96,6 +120,7 @@ class Scenario:
     extra: Dict[str, Any] = field(default_factory=dict)
     # Field IDs the driver answers NOT_SUPPORTED for, on every device (`refused_fields`: pynvml names).
     refused_fields: Set[int] = field(default_factory=set)
+    dcgm_exporter: Optional[DcgmExporterSpec] = None
 
 
 def available() -> List[str]:
@@ -143,7 +168,8 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
     models = raw.get("models", {})
     devices = [_device(name, i, entry, models) for i, entry in enumerate(raw["devices"])]
     faults = sorted((_fault(entry) for entry in raw.get("faults", [])), key=lambda f: f.at)
-    known = {"description", "driver", "missing_functions", "refused_fields", "models", "devices", "faults"}
+    known = {"description", "driver", "missing_functions", "refused_fields", "models", "devices", "faults",
+             "dcgm_exporter"}
     return Scenario(
         name=name,
         description=raw.get("description", ""),
@@ -153,7 +179,18 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
         faults=faults,
         extra={k: v for k, v in raw.items() if k not in known},
         refused_fields={_field_id(n) for n in raw.get("refused_fields", [])},
+        dcgm_exporter=_dcgm_exporter(raw["dcgm_exporter"]) if "dcgm_exporter" in raw else None,
     )
+
+
+def _dcgm_exporter(entry: Dict[str, Any]) -> DcgmExporterSpec:
+    spec = DcgmExporterSpec(**entry)
+    if spec.counters not in EXPORTER_COUNTERS or spec.hostname_label not in HOSTNAME_LABELS:
+        raise ValueError(f"dcgm_exporter: counters is one of {EXPORTER_COUNTERS}, hostname_label one of "
+                         f"{HOSTNAME_LABELS}; got {entry!r}")
+    if not float(spec.interval) > 0:
+        raise ValueError(f"dcgm_exporter: interval must be a positive number of seconds; got {spec.interval!r}")
+    return replace(spec, interval=float(spec.interval))
 
 
 def _field_id(name: str) -> int:

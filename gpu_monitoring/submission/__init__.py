@@ -144,8 +144,10 @@ class Submitter:
                     self.send(name, value, tags)
 
     def _fleet(self, attribution: Attribution) -> None:
-        for model, counts in attribution.funnel.items():
-            tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
+        for (model, basis), counts in attribution.funnel.items():
+            # activity_source: what `effective` was judged by; a sum over it gives the model's counts.
+            model_tags = [f"gpu_device:{device_name(model)}"] if model else []
+            tags = merge(self.base_tags, model_tags, [f"activity_source:{basis}"])
             for stage, count in counts.items():
                 self.send(f"fleet.devices.{stage}", count, tags)
 
