@@ -29,7 +29,8 @@ SLICES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "7g.80gb": 7}
 
 @pytest.fixture
 def a100(node):
-    return node("a100-mig", hourly_price={"NVIDIA A100-SXM4-80GB": A100_PRICE}).run(2)
+    # NVML alone (no DCGM activity): the funnel as processes and utilization tell it.
+    return node("a100-mig", hourly_price={"NVIDIA A100-SXM4-80GB": A100_PRICE}, dcgm_exporter_url="none").run(2)
 
 
 def test_workloads_per_instance(a100):

@@ -66,7 +66,7 @@ def test_dcgm_activity_reaches_mig_instances_and_gpus(node, aggregator, exporter
 
 
 def test_no_service_check_without_an_exporter(node, aggregator):
-    node("a100-mig").run()  # auto: the simulated kubelet lists no exporter
+    node("l4-mixed").run()  # auto: the simulated kubelet lists no exporter
     assert status(aggregator) is None
     node("a100-mig", dcgm_exporter_url="none").run()
     assert status(aggregator) is None
