@@ -28,6 +28,7 @@ def summarize(report: Dict[str, list]) -> Summary:
     return {
         "gpus": _gpus(metrics, report["service_checks"]),
         "funnel": {stage: _total(metrics, f"fleet.devices.{stage}") for stage in FUNNEL},
+        "activity_sources": _activity_sources(metrics),
         "cost": {"hourly": _total(metrics, "cost.hourly"), "idle_hourly": _total(metrics, "cost.idle_hourly")},
         "workloads": _workloads(metrics),
         "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != Status.OK.name],
@@ -102,6 +103,16 @@ def _per_gpu(metrics: List[dict], name: str) -> Dict[str, float]:
     }
 
 
+def _activity_sources(metrics: List[dict]) -> Dict[str, float]:
+    """How many GPUs each activity source judges (`activity_source` on the funnel's total)."""
+    found: Dict[str, float] = defaultdict(float)
+    for series in _series(metrics, "fleet.devices.total"):
+        source = _tags(series).get("activity_source")
+        if source is not None:
+            found[source] += series["value"]
+    return dict(found)
+
+
 def _total(metrics: List[dict], name: str) -> Optional[float]:
     """The sum of a metric's series; None where the run sent none."""
     values = [series["value"] for series in _series(metrics, name)]
@@ -144,11 +155,18 @@ def _gpu_lines(gpus: List[dict]) -> List[str]:
 def _node_line(summary: Summary) -> str:
     funnel = {stage: "-" if value is None else f"{value:.0f}" for stage, value in summary["funnel"].items()}
     counts = (f"{funnel['total']} GPUs: {funnel['allocated']} allocated, {funnel['active']} active, "
-              f"{funnel['effective']} effective")
+              f"{funnel['effective']} effective{_basis(summary['activity_sources'])}")
     cost = summary["cost"]
     if cost["hourly"] is None:
         return f"Node: {counts}; {NO_PRICE}"
     return f"Node: {counts}; cost {_money(cost['hourly'])}, idle {_money(cost['idle_hourly'])}"
+
+
+def _basis(sources: Dict[str, float]) -> str:
+    """What the active and effective counts rest on, by how many GPUs: `(activity: dcgm 8)`."""
+    if not sources:
+        return ""
+    return " (activity: " + ", ".join(f"{source} {count:.0f}" for source, count in sorted(sources.items())) + ")"
 
 
 def _problem_lines(problems: List[dict], count: int) -> List[str]:

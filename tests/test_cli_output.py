@@ -126,12 +126,12 @@ def test_faults_alone_show_their_faults(capsys):
 def test_json_carries_the_summary(capsys):
     report = json.loads(check(capsys, "--simulate", "faults", "--json"))
     summary = report["summary"]
-    assert set(summary) == {"gpus", "funnel", "cost", "workloads", "service_checks_not_ok"}
+    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "workloads", "service_checks_not_ok"}
     gpus = {row["gpu_index"]: row for row in summary["gpus"]}
     assert len(gpus) == len(scenario("faults")["devices"])
     assert gpus["2"]["health"] == "CRITICAL" and gpus["2"]["memory_used"] is None
     assert gpus["0"]["memory_total"] > 0 and gpus["0"]["utilization_gpu"] > 0
-    assert summary["funnel"]["total"] == len(gpus)
+    assert summary["funnel"]["total"] == len(gpus) == sum(summary["activity_sources"].values())
     assert summary["cost"]["hourly"] == pytest.approx(sum(row["cost_hourly"] for row in gpus.values()))
     not_ok = summary["service_checks_not_ok"]
     assert not_ok and all(c["status"] != "OK" and c["message"] for c in not_ok)
@@ -166,3 +166,11 @@ def test_no_grpc_logging_unless_asked():
                            timeout=120)
     assert asked.returncode == 0
     assert re.search(r"^[IWE]\d{4} ", asked.stderr, re.M), asked.stderr
+
+
+@pytest.mark.parametrize("name, source", [("dgx-h100", "gpm"), ("l4-dcgm", "dcgm"), ("a100-mig", "dcgm"),
+                                          ("l4-mixed", "utilization")])
+def test_the_node_line_says_what_activity_its_counts_rest_on(capsys, name, source):
+    gpus = len(scenario(name)["devices"])
+    node_line = next(line for line in check(capsys, "--simulate", name).splitlines() if line.startswith("Node:"))
+    assert f"effective (activity: {source} {gpus});" in node_line
