@@ -9,7 +9,7 @@ rather than `UUID`); a MIG instance's series carry its parent's UUID and `GPU_I_
 
 import math
 from dataclasses import dataclass
-from typing import Collection, Dict, Iterable, List, Optional, Tuple
+from typing import Collection, Dict, List, Optional, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,22 +72,83 @@ def dcgm_key(uuid: str) -> str:
     return uuid[4:] if uuid.startswith("gpu-") else uuid
 
 
-def parse(body: bytes, wanted: Collection[str] = METRICS) -> Page:
+# A series' identity (everything but its value: name and labels) -> what it is a value of, None
+# for a series left out (no GPU UUID, a GPU_I_ID that is no number). Kept between reads by the
+# reader: a page repeats the same series every time, so each is parsed once, then only its value.
+Known = Dict[str, Optional[Tuple[str, Optional[int], str, float]]]
+
+
+def parse(body: bytes, wanted: Collection[str] = METRICS, known: Optional[Known] = None) -> Page:
     """The values of the `wanted` metrics (exposition's names: `sm_active`...) and the heartbeat of a
     page; NotAnExporterPage when it is no dcgm-exporter page. Parsing is most of a read's cost: a
-    metric no GPU lacks need not be parsed. A series without a GPU UUID, with a GPU_I_ID that is no
-    number, or with a value that is no finite number >= 0 (DCGM's NaN where a field is not supported)
-    is left out."""
+    metric no GPU lacks need not be parsed, and a series `known` from an earlier page has only its
+    value read (`known` is updated to this page's series). A series without a GPU UUID, with a
+    GPU_I_ID that is no number, or with a value that is no finite number >= 0 (DCGM's NaN where a
+    field is not supported) is left out."""
     text = body.decode("utf-8", "replace")
     if not any(mark in text for mark in _DCGM_MARKS):
         raise NotAnExporterPage("the answer names no DCGM field")
     kept, heartbeat = _lines(text, wanted)
+    earlier = {} if known is None else dict(known)
+    if known is not None:
+        known.clear()
+    samples = []
+    for line in kept:
+        series, _, value = line.rstrip("\n").rpartition(" ")
+        if series in earlier:
+            sample = _known_sample(earlier[series], value)
+        else:
+            sample = _parse_line(line, series, known)
+        if sample is not None:
+            samples.append(sample)
+        if known is not None and series in earlier:
+            known[series] = earlier[series]
+    return Page(samples, tuple(heartbeat))
+
+
+def _known_sample(identity, value: str) -> Optional[Sample]:
+    if identity is None:
+        return None
     try:
-        families = list(text_string_to_metric_families("".join(kept)))
+        number = float(value)
+    except ValueError:
+        raise NotAnExporterPage(f"a value of a DCGM field is no number: {value!r}") from None
+    return _sample(*identity, number, None)
+
+
+def _parse_line(line: str, series: str, known: Optional[Known]) -> Optional[Sample]:
+    """A line seen for the first time, through prometheus_client's parser; its identity is kept where
+    the line has no timestamp (one with a timestamp is parsed whole every time)."""
+    try:
+        families = list(text_string_to_metric_families(line))
     except (ValueError, TypeError, IndexError) as e:  # the parser's errors for a malformed line
         raise NotAnExporterPage(f"a line of a DCGM field does not parse: {e}") from None
-    samples = [s for family in families for s in _samples(family.samples, *FIELDS[_NAMES[family.name]])]
-    return Page(samples, tuple(heartbeat))
+    raw = families[0].samples[0] if families and families[0].samples else None
+    if raw is None:
+        return None
+    metric, scale = FIELDS[_NAMES[families[0].name]]
+    identity = _identity(raw.labels, metric, scale)
+    if known is not None and raw.timestamp is None:
+        known[series] = identity
+    return None if identity is None else _sample(*identity, raw.value, raw.timestamp)
+
+
+def _identity(labels: Dict[str, str], metric: str, scale: float):
+    uuid = labels.get("UUID") or labels.get("uuid")
+    instance = labels.get("GPU_I_ID")
+    if not uuid or (instance is not None and not instance.isdigit()):
+        return None
+    return dcgm_key(uuid), None if instance is None else int(instance), metric, scale
+
+
+def _sample(gpu_uuid: str, instance: Optional[int], metric: str, scale: float, value: float,
+            timestamp: Optional[float]) -> Optional[Sample]:
+    if not math.isfinite(value) or value < 0:
+        return None
+    value *= scale
+    if scale == PERCENT:
+        value = min(value, PERCENT)  # a ratio a hair over 1 is a full pipe, not more
+    return Sample(gpu_uuid, instance, metric, value, timestamp)
 
 
 def _lines(text: str, wanted: Collection[str]) -> Tuple[List[str], List[str]]:
@@ -104,18 +165,3 @@ def _lines(text: str, wanted: Collection[str]) -> Tuple[List[str], List[str]]:
         elif name in HEARTBEAT:
             heartbeat.append(line)
     return kept, heartbeat
-
-
-def _samples(raw: Iterable, metric: str, scale: float) -> Iterable[Sample]:
-    for sample in raw:
-        labels = sample.labels
-        uuid = labels.get("UUID") or labels.get("uuid")
-        instance = labels.get("GPU_I_ID")
-        if not uuid or not math.isfinite(sample.value) or sample.value < 0:
-            continue
-        if instance is not None and not instance.isdigit():
-            continue
-        value = sample.value * scale
-        if scale == PERCENT:
-            value = min(value, PERCENT)  # a ratio a hair over 1 is a full pipe, not more
-        yield Sample(dcgm_key(uuid), None if instance is None else int(instance), metric, value, sample.timestamp)

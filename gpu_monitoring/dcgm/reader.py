@@ -19,7 +19,7 @@ from ..service_checks import Status
 from ..snapshot import Snapshot
 from .client import DEFAULT_TIMEOUT, DcgmClient, DcgmError
 from .discovery import exporter_url
-from .exposition import NotAnExporterPage, parse
+from .exposition import Known, NotAnExporterPage, parse
 from .freshness import Freshness
 from .join import join, wanted
 
@@ -37,6 +37,7 @@ class DcgmReader:
         self._found: Optional[str] = None
         self.client: Optional[DcgmClient] = None
         self.freshness = Freshness()
+        self._known: Known = {}  # the exporter's series parsed so far (exposition.parse)
 
     def enrich(self, snapshot: Snapshot, pods: Optional[List[PodInfo]]) -> Optional[State]:
         """Put the exporter's values into the snapshot; the service check's state, or None where no
@@ -69,11 +70,12 @@ class DcgmReader:
                 self.client.close()
             self.client = DcgmClient(url, self._timeout)
             self.freshness = Freshness()
+            self._known = {}
         return self.client
 
     def _read(self, client: DcgmClient, snapshot: Snapshot) -> State:
         try:
-            page = parse(client.read(), wanted(snapshot))
+            page = parse(client.read(), wanted(snapshot), self._known)
         except NotAnExporterPage as e:
             return Status.CRITICAL, f"{client.url} is no dcgm-exporter page: {e}"
         if not page.samples:
