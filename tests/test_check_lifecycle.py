@@ -18,12 +18,15 @@ from gpu_monitoring.simulator.scenario import resolve
 OUTSIDE = ("open", "os.", "socket.", "subprocess.", "tempfile.", "shutil.", "glob.", "ctypes.dlopen", "http.",
            "urllib.", "_thread.", "fcntl.", "mmap.")
 
-# An audit hook cannot be removed: this one is installed once and records only while a list is set.
+# An audit hook cannot be removed: this one is installed once and records only while a list is set,
+# and only the constructing thread's events (servers other tests left running answer in threads of
+# their own meanwhile).
 _events: Optional[List[Tuple[str, tuple]]] = None
+_recording_thread: Optional[int] = None
 
 
 def _record(event: str, args: tuple) -> None:
-    if _events is not None and event.startswith(OUTSIDE):
+    if _events is not None and event.startswith(OUTSIDE) and threading.get_ident() == _recording_thread:
         _events.append((event, args))
 
 
@@ -32,7 +35,8 @@ sys.addaudithook(_record)
 
 def construct(instance: dict) -> Tuple[GpuMonitoringCheck, List[Tuple[str, tuple]]]:
     """The check, and the outside-touching audit events its constructor raised."""
-    global _events
+    global _events, _recording_thread
+    _recording_thread = threading.get_ident()
     _events = []
     try:
         return GpuMonitoringCheck("gpu_monitoring", {}, [instance]), _events
@@ -52,7 +56,8 @@ def temp_dir(tmp_path, monkeypatch) -> Path:
 
 
 def test_the_recorder_records():
-    global _events
+    global _events, _recording_thread
+    _recording_thread = threading.get_ident()
     _events = []
     try:
         with open(os.devnull):
