@@ -2,11 +2,12 @@
 in dcgm-exporter's format, or misbehaves on purpose; pages written for a simulated node's GPUs, and
 the exporter's pod as the kubelet lists it."""
 
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Tuple
+
+from gpu_monitoring.simulator.http_server import ThreadedServer
 
 PAGES = Path(__file__).parent / "data" / "dcgm"
 # ok | slow (answers after `delay`) | garbage (HTML) | oversized | redirect | error (HTTP 503)
@@ -53,31 +54,31 @@ def pod(name, labels=None, image="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-u
     }
 
 
-class ExporterServer:
+class ExporterServer(ThreadedServer):
     """Serves `page` at /metrics (plain HTTP, kept-alive connections); use as a context manager."""
 
+    BEHAVIOURS = BEHAVIOURS
+    thread_name = "test dcgm-exporter"
+
     def __init__(self, page: bytes = b"", behaviour: str = "ok", delay: float = 2.0):
-        assert behaviour in BEHAVIOURS
+        super().__init__(behaviour)
         self.page = page
-        self.behaviour = behaviour
         self.delay = delay
         self.requests = 0
         self.connections = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/metrics"
+        return f"http://127.0.0.1:{self.port}/metrics"
 
     def __enter__(self) -> "ExporterServer":
-        self._thread.start()
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        httpd.daemon_threads = True
+        self._serve(httpd)
         return self
 
     def __exit__(self, *_exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self.stop()
 
 
 def _handler(server: ExporterServer):
