@@ -70,8 +70,20 @@ class Allocation:
     namespace: str
     pod: str
     container: str
+    # A device plugin's resource (`nvidia.com/gpu`), or for a DRA claim its driver (`gpu.nvidia.com`).
     resource_name: str
+    # A device plugin's device ID, or the device name a DRA driver gave the claim (`gpu-0`).
     device_id: str
+    # DRA only (pod-resources `DynamicResource` / `ClaimResource`); absent for device plugins.
+    claim_name: Optional[str] = None
+    claim_namespace: Optional[str] = None
+    pool: Optional[str] = None
+    share_id: Optional[str] = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Allocated through a DRA claim rather than a device plugin."""
+        return self.claim_name is not None
 
 
 @dataclass(frozen=True)

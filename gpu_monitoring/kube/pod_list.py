@@ -37,6 +37,8 @@ class PodInfo:
     pod_ip: Optional[str] = None
     # The pod's Ready condition is True: every container is ready to serve.
     ready: bool = False
+    # The kind of the pod's controlling owner (`DaemonSet`, `ReplicaSet`, `Job`…), None for a bare pod.
+    controller_kind: Optional[str] = None
 
     @property
     def terminal(self) -> bool:
@@ -68,7 +70,19 @@ def _pod(item: Any, where: str) -> PodInfo:
         labels=_strings(_optional(metadata, "labels", dict, f"{where}.metadata", {}), f"{where}.metadata.labels"),
         pod_ip=_optional(status, "podIP", str, f"{where}.status", None),
         ready=_ready(_optional(status, "conditions", list, f"{where}.status", []), f"{where}.status.conditions"),
+        controller_kind=_controller_kind(
+            _optional(metadata, "ownerReferences", list, f"{where}.metadata", []), f"{where}.metadata.ownerReferences"
+        ),
     )
+
+
+def _controller_kind(owners: List[Any], where: str) -> Optional[str]:
+    """The owner reference marked `controller: true` (at most one, by the API's rules)."""
+    for i, owner in enumerate(owners):
+        owner = json_typed(dict, owner, f"{where}[{i}]")
+        if _optional(owner, "controller", bool, f"{where}[{i}]", False):
+            return _required(owner, "kind", str, f"{where}[{i}]")
+    return None
 
 
 def _ready(conditions: List[Any], where: str) -> bool:

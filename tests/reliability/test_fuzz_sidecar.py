@@ -52,7 +52,13 @@ def good_snapshot():
                         "gpu_instance_id": 1, "compute_instance_id": 0, "device_index": None, "pci_bus_id": None}]
     taken["allocations"] = {"source": "pod_resources", "error": None,
                             "items": [{"namespace": "ml", "pod": "train", "container": "main",
-                                       "resource_name": "nvidia.com/gpu", "device_id": uuid}],
+                                       "resource_name": "nvidia.com/gpu", "device_id": uuid,
+                                       "claim_name": None, "claim_namespace": None, "pool": None,
+                                       "share_id": None},
+                                      {"namespace": "ml", "pod": "tune", "container": "main",
+                                       "resource_name": "gpu.nvidia.com", "device_id": "gpu-1",
+                                       "claim_name": "tune-gpu", "claim_namespace": "ml", "pool": "node-1",
+                                       "share_id": None}],
                             "advertised": [{"resource_name": "nvidia.com/gpu", "device_id": uuid}],
                             "advertised_error": None}
     return json.loads(json.dumps(taken))
