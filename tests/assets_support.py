@@ -29,6 +29,7 @@ from datadog_api_client.model_utils import (
     change_keys_js_to_python,
 )
 from datadog_checks.base.stubs import aggregator as stub_aggregator
+from datadog_checks.base.stubs import tagger
 
 from gpu_monitoring import GpuMonitoringCheck, simulator
 from gpu_monitoring.metric_spec import PROFILES, SPEC
@@ -49,6 +50,10 @@ AGENT_TAG_KEYS = {
     "host",
     # The Agent's host tag on Kubernetes (its `cluster_name` setting or the detected cluster name).
     "kube_cluster_name",
+    # Host tags the capacity-planning widgets group by where the host carries them: the AWS, Google
+    # Cloud and Azure integrations tag hosts with `instance-type`; `cloud_provider` is the user's own.
+    "instance-type",
+    "cloud_provider",
 }
 # The pod tags (pod_name, kube_namespace, kube_container_name, container_id) are not listed: the
 # check sets them itself where a container holds a GPU. The Agent's tagger, when it knows the
@@ -61,6 +66,8 @@ TEMPLATE_VARIABLES = {
     "namespace": "kube_namespace",
     "gpu_device": "gpu_device",
     "gpu_uuid": "gpu_uuid",
+    # A pod label the Agent's tagger carries (kubernetes_pod_labels_as_tags): see TAGGER_TAGS.
+    "team": "team",
 }
 
 # What each dashboard must show.
@@ -139,10 +146,13 @@ def _scenarios(directory: Path) -> List[tuple]:
     ]
 
 
-def _run_simulated(simulate: str, runs: int, options: dict, collect) -> None:
-    """`runs` runs of the check on a simulated scenario, INTERVAL apart, `collect` after each."""
+def _run_simulated(simulate: str, runs: int, options: dict, collect, tagged: bool = False) -> None:
+    """`runs` runs of the check on a simulated scenario, INTERVAL apart, `collect` after each; with
+    `tagged`, the Agent's tagger knows every container, with a `team` tag from a pod label."""
     check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=simulate)])
     check.simulated_node.nvml.clock.set_speed(0)
+    if tagged:
+        tagger.set_tags(_tagger_tags(check.simulated_node.pods))
     try:
         for run in range(runs):
             if run:
@@ -151,6 +161,20 @@ def _run_simulated(simulate: str, runs: int, options: dict, collect) -> None:
             collect()
     finally:
         check.cancel()
+        tagger.reset()
+
+
+def _tagger_tags(pods: List[dict]) -> Dict[str, List[str]]:
+    """What the Agent's tagger says of each simulated container, with its namespace as a `team` label."""
+    known = {}
+    for pod in pods:
+        for container in pod["containers"]:
+            known[f"container_id://{container['container_id']}"] = [
+                f"pod_name:{pod['name']}", f"kube_namespace:{pod['namespace']}",
+                f"kube_container_name:{container['name']}", f"container_id:{container['container_id']}",
+                f"team:{pod['namespace']}",
+            ]
+    return known
 
 
 @pytest.fixture(scope="session")
@@ -176,6 +200,9 @@ def emitted(tmp_path_factory) -> Emitted:
     stub_aggregator.reset()
     for simulate, runs, options in _scenarios(tmp_path_factory.mktemp("scenarios")):
         _run_simulated(simulate, runs, dict(options, metrics_profile=ASSETS_PROFILE), collect)
+    # The Agent's tagger knows the containers: its tags, a user's pod label among them, replace ours.
+    _run_simulated("dgx-h100", 2, {"hourly_price": {"NVIDIA H100*": 4.0}, "metrics_profile": ASSETS_PROFILE},
+                   collect, tagged=True)
     # Sidecar mode with no sidecar: the sidecar's service check, CRITICAL.
     check = GpuMonitoringCheck("gpu_monitoring", {}, [
         {"source": "sidecar", "sidecar_socket": str(tmp_path_factory.mktemp("sidecar") / "none.sock"),
