@@ -5,8 +5,11 @@ from 1.31 the driver names each device; from 1.27 to 1.30 only CDI device names 
 """
 
 import dataclasses
+import json
 import logging
 import re
+import ssl
+import urllib.request
 from typing import Iterator, List
 
 import grpc
@@ -14,13 +17,16 @@ import pytest
 
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.kube.cdi_devices import UnmappedName, device_of
+from gpu_monitoring.kube.pod_list import parse_pod_list
 from gpu_monitoring.kube.pod_resources import (
     LIST_METHOD,
     Allocation,
     PodResourcesError,
     decode_allocations,
+    list_allocatable,
     list_allocations,
 )
+from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 
 GPU = "GPU-5d5f9d2a-3c1b-4f5e-9a7b-2c8d0e1f2a3b"
@@ -212,3 +218,41 @@ def test_the_server_refuses_a_release_without_claims_and_an_unknown_naming(socke
         PodResourcesServer(socket_path, kubernetes_version="latest")
     with pytest.raises(ValueError, match="expected one of claim, standard, classic"):
         PodResourcesServer(socket_path, cdi_naming="uuid")
+
+
+def test_the_dra_scenario_serves_its_claims_and_no_device_plugin() -> None:
+    node = simulated_node("dra-h100")
+    options = node.start()
+    try:
+        found = list_allocations(options["pod_resources_socket"])
+        assert list_allocatable(options["pod_resources_socket"]) == []
+        pods = parse_pod_list(_get_pods(options))
+    finally:
+        node.stop()
+    assert found == node.allocations()
+    held = {}
+    for a in found:
+        held.setdefault(a.pod, []).append(a.device_id)
+    assert held == {
+        "llm-pretrain-0": ["gpu-0", "gpu-1"],
+        "vllm-llama-8b-7c9d5f6b4-m2xkq": ["gpu-2"],
+        "jupyter-alice": ["gpu-3-mig-1g10gb-19-6"],
+        "rag-embed-6d9c7b8f5-p4n2w": ["gpu-4"],
+        "rag-rerank-5f8b9d7c6-k7t3v": ["gpu-4"],
+        "jupyter-carol": ["gpu-5"],
+        "finetune-mistral-7b-0-zq5pl": ["gpu-7"],
+        "nvidia-dcgm-exporter-dra-8jx4c": [f"gpu-{n}" for n in range(8)],
+    }
+    assert {a.share_id for a in found if a.pod == "jupyter-carol"} == {"3c9e2f1a-7b4d-4e8a-9f0c-5d6b7a8e9f10"}
+    assert {a.pool for a in found} == {"hgx-h100-dra-0"}
+    monitor = next(p for p in pods if p.name == "nvidia-dcgm-exporter-dra-8jx4c")
+    assert monitor.controller_kind == "DaemonSet" and monitor.labels == {"app": "nvidia-dcgm-exporter-dra"}
+
+
+def _get_pods(options: dict) -> dict:
+    context = ssl.create_default_context(cafile=options["kubelet_ca_path"])
+    with open(options["kubelet_token_path"]) as token:
+        request = urllib.request.Request(options["kubelet_url"] + "/pods",
+                                         headers={"Authorization": f"Bearer {token.read().strip()}"})
+    with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+        return json.loads(answer.read())
