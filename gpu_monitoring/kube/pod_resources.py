@@ -1,12 +1,17 @@
 """Which pod and container holds each GPU, and which devices the device plugins advertise, from
 the kubelet's PodResources API (v1: List, and GetAllocatableResources from kubelet 1.23).
 
+List names a container's devices from device plugins (`devices`) and, from Kubernetes 1.27, from
+DRA claims (`dynamic_resources`); only claims of NVIDIA's GPU driver are kept.
+
 The Agent ships protobuf 3.x through 7.x, and generated code only runs on the major it was
 generated for, so the response is decoded here straight from the protobuf wire format. Only the
 fields attribution needs are read; every other field, known to newer kubelets or not, is skipped.
 grpcio is imported on the first call: the Agent does not ship it, and only local mode calls.
 """
 
+import dataclasses
+import logging
 import os
 import re
 import socket
@@ -17,7 +22,10 @@ from ..bounded import Deadline, describe_size
 from ..deps import MissingPackage, require
 from ..snapshot import Advertised, Allocation
 from . import grpc_channels
+from .cdi_devices import GPU_DRIVER, UnmappedName, device_of
 from .device_ids import DEFAULT_RESOURCES, matches_resource
+
+log = logging.getLogger(__name__)
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
 ALLOCATABLE_METHOD = "/v1.PodResourcesLister/GetAllocatableResources"
@@ -67,12 +75,18 @@ class LastAnswer(Generic[T]):
         PodResourcesError with reason `invalid` when the payload is not the message `decode` reads."""
         last = self._last
         if last is None or last[0] != payload or last[1] != patterns:
-            devices = [d for d in decode(payload) if matches_resource(d.resource_name, patterns)]
+            devices = [d for d in decode(payload) if _wanted(d, patterns)]
             # One assignment, so that a reader in another thread never sees the bytes of one answer
             # with the devices of another.
             self._last = last = (payload, patterns, devices)
         # A new list each time: a caller may add to or sort what it was given.
         return list(last[2])
+
+
+def _wanted(device: T, patterns: Tuple[str, ...]) -> bool:
+    """A DRA claim is kept whatever the patterns: they name device plugins' resources, and the decoder
+    keeps only NVIDIA's GPU driver's claims."""
+    return (isinstance(device, Allocation) and device.dynamic) or matches_resource(device.resource_name, patterns)
 
 
 def list_allocations(
@@ -249,15 +263,86 @@ def _decode_pod(payload: bytes) -> Iterator[Allocation]:
 
 def _decode_container(payload: bytes, namespace: str, pod: str) -> Iterator[Allocation]:
     name = ""
-    devices = []
+    devices, claims = [], []
     for number, value in _length_delimited_fields(payload, "ContainerResources"):
         if number == 1:
             name = _text(value, "ContainerResources.name")
         elif number == 2:
             devices.append(_decode_devices(value))
+        elif number == 5:  # dynamic_resources, from Kubernetes 1.27
+            claims.append(value)
     for resource_name, device_ids in devices:
         for device_id in device_ids:
             yield Allocation(namespace, pod, name, resource_name, device_id)
+    for claim in claims:
+        yield from _decode_claim(claim, Allocation(namespace, pod, name, GPU_DRIVER, ""))
+
+
+# kubelet pkg/apis/podresources/v1/api.proto. Kubernetes 1.27-1.30:
+#   DynamicResource{class_name=1, claim_name=2, claim_namespace=3, claim_resources=4}, ClaimResource{cdi_devices=1}
+# Kubernetes 1.31+ (class_name gone; a ClaimResource per device):
+#   DynamicResource{claim_name=2, claim_namespace=3, claim_resources=4},
+#   ClaimResource{cdi_devices=1, driver_name=2, pool_name=3, device_name=4, share_id=5 (1.34, optional)}
+# and in both CDIDevice{name=1}.
+_CLAIM_RESOURCE_FIELDS = {2: "driver_name", 3: "pool_name", 4: "device_name", 5: "share_id"}
+
+
+def _decode_claim(payload: bytes, container: Allocation) -> List[Allocation]:
+    """The devices of NVIDIA's GPU driver that one claim gives `container` (a template holding its names)."""
+    claim_name = claim_namespace = ""
+    resources = []
+    for number, value in _length_delimited_fields(payload, "DynamicResource"):
+        if number == 2:
+            claim_name = _text(value, "DynamicResource.claim_name")
+        elif number == 3:
+            claim_namespace = _text(value, "DynamicResource.claim_namespace")
+        elif number == 4:
+            resources.append(value)
+    # A pod can only refer to claims in its own namespace (resource.k8s.io ResourceClaim).
+    claimed = dataclasses.replace(container, claim_name=claim_name,
+                                  claim_namespace=claim_namespace or container.namespace)
+    found: List[Allocation] = []
+    for resource in resources:
+        for allocation in _decode_claim_resource(resource, claimed):
+            # Before 1.31 one driver release names each device twice (device=... and claim=...).
+            if allocation.resource_name == GPU_DRIVER and allocation not in found:
+                found.append(allocation)
+    return found
+
+
+def _decode_claim_resource(payload: bytes, claim: Allocation) -> List[Allocation]:
+    cdi_names, fields = [], {}
+    for number, value in _length_delimited_fields(payload, "ClaimResource"):
+        if number == 1:
+            cdi_names.append(_cdi_name(value))
+        elif number in _CLAIM_RESOURCE_FIELDS:
+            fields[number] = _text(value, f"ClaimResource.{_CLAIM_RESOURCE_FIELDS[number]}")
+    if 2 in fields:  # Kubernetes 1.31+: the driver names its device
+        return [dataclasses.replace(claim, resource_name=fields[2], device_id=fields.get(4, ""),
+                                    pool=fields.get(3) or None, share_id=fields.get(5))]
+    return [dataclasses.replace(claim, resource_name=driver, device_id=device)
+            for driver, device in _cdi_devices(cdi_names, claim)]
+
+
+def _cdi_name(payload: bytes) -> str:
+    name = ""
+    for number, value in _length_delimited_fields(payload, "CDIDevice"):
+        if number == 1:
+            name = _text(value, "CDIDevice.name")
+    return name
+
+
+def _cdi_devices(cdi_names: List[str], claim: Allocation) -> Iterator[Tuple[str, str]]:
+    for cdi_name in cdi_names:
+        try:
+            device = device_of(cdi_name)
+        except UnmappedName as e:
+            # Decoded once per changed answer (LastAnswer), so said once per change.
+            log.warning("pod-resources: claim %s/%s of %s/%s container %s is not attributed: %s",
+                        claim.claim_namespace, claim.claim_name, claim.namespace, claim.pod, claim.container, e)
+            continue
+        if device is not None:
+            yield device
 
 
 def decode_allocatable(payload: bytes) -> List[Advertised]:

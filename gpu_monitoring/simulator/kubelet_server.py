@@ -5,14 +5,15 @@ the CA certificate and the bearer token to files (as a service account's mount w
 serves `GET /pods` in the kubelet's JSON form from plain pod descriptions:
 
     {"uid": ..., "name": ..., "namespace": ..., "phase": "Running",
-     "labels": {"app": ...}, "pod_ip": "10.0.0.7",
+     "labels": {"app": ...}, "pod_ip": "10.0.0.7", "owner": {"kind": "DaemonSet", "name": ...},
      "containers": [{"name": ..., "container_id": "abc...", "runtime": "containerd",
                      "env": {"LITERAL": "1", "FROM_FIELD": {"fieldRef": {...}}},
                      "limits": {"nvidia.com/gpu": "1"},
                      "image": "nvcr.io/...", "ports": [{"name": "metrics", "containerPort": 9400}]}],
      "init_containers": [...same shape...]}
 
-A Running pod whose containers have all started is Ready, as its condition says.
+A Running pod whose containers have all started is Ready, as its condition says. A pod's `owner`
+is its controlling owner in `metadata.ownerReferences`.
 
 A container whose `container_id` is None has not started: it gets no status entry. An env
 value that is a mapping becomes a `valueFrom` entry, as the kubelet shows downward-API and
@@ -31,6 +32,7 @@ import ssl
 import tempfile
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -42,6 +44,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from .http_server import ThreadedServer
 
 BEHAVIOURS = ("ok", "unauthorized", "garbage", "slow", "error")
+# Controllers outside apps/v1 (DaemonSet, ReplicaSet, StatefulSet are there).
+_OWNER_API_VERSIONS = {"Job": "batch/v1", "CronJob": "batch/v1", "Node": "v1"}
 # A client that connects and never speaks must not hold a server thread for long.
 SOCKET_TIMEOUT = 10.0
 
@@ -64,14 +68,30 @@ def _pod(pod: Mapping[str, Any]) -> Dict[str, Any]:
     }
     if pod.get("pod_ip"):
         status.update(podIP=pod["pod_ip"], podIPs=[{"ip": pod["pod_ip"]}])
+    metadata = {"uid": pod["uid"], "name": pod["name"], "namespace": pod.get("namespace", "default"),
+                "labels": dict(pod.get("labels", {}))}
+    if pod.get("owner"):
+        metadata["ownerReferences"] = [_owner_reference(pod["owner"], metadata["namespace"])]
     return {
-        "metadata": {"uid": pod["uid"], "name": pod["name"], "namespace": pod.get("namespace", "default"),
-                     "labels": dict(pod.get("labels", {}))},
+        "metadata": metadata,
         "spec": {
             "containers": [_container_spec(c) for c in containers],
             "initContainers": [_container_spec(c) for c in init_containers],
         },
         "status": status,
+    }
+
+
+def _owner_reference(owner: Mapping[str, str], namespace: str) -> Dict[str, Any]:
+    """A controller's reference, as the controller manager writes it on the pods it makes."""
+    kind, name = owner["kind"], owner["name"]
+    return {
+        "apiVersion": _OWNER_API_VERSIONS.get(kind, "apps/v1"),
+        "kind": kind,
+        "name": name,
+        "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{namespace}/{name}")),
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 

@@ -5,10 +5,15 @@ A scenario's `kubernetes.pods` lists pods, their containers, the devices each co
 given and the GPU processes it runs:
 
     kubernetes:
+      version: "1.34"                     # default; from 1.27 to 1.30 DRA claims are told by CDI names alone
+      device_plugin: true                 # default; false: GetAllocatableResources lists no GPU (DRA alone)
+      node_name: gpu-node-0               # the DRA driver's pool (default: the scenario's name)
       pods:
         - name: trainer-0
           namespace: ml
           phase: Running                  # default
+          labels: {app: trainer}
+          owner: {kind: Job, name: trainer}  # the controlling owner the kubelet lists in ownerReferences
           containers:
             - name: trainer
               resource: nvidia.com/gpu    # default
@@ -17,6 +22,14 @@ given and the GPU processes it runs:
               processes: [41021]          # pids of the scenario's GPU processes
               env: {CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25"}
               runtime: containerd         # or crio, docker; cgroup_driver and cgroup_version too
+              claims:                     # DRA claims: each device as NVIDIA's DRA driver names it
+                - name: trainer-0-gpus    # namespace: the pod's by default
+                  devices: [gpu:0, mig:3/9] # gpu:N (gpu-<minor>), mig:N/GI (gpu-<minor>-mig-<profile>-<profile
+                                          # id>-<start>), mig-sized:N/GI (older drivers: gpu-<minor>-mig-<profile
+                                          # id>-<start>-<size>; both need the instance's profile_id and placement)
+                                          # or a literal name
+                  driver: gpu.nvidia.com  # default
+                  share_id: 6f1e1c52-...  # a share of the device (consumable capacity)
       advertised:                         # shared GPUs: every replica the device plugin advertises
         - {device: 0, resource: nvidia.com/gpu.shared, replicas: 8}
 
@@ -41,6 +54,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..kube.cdi_devices import GPU_DRIVER
 from ..kube.device_ids import DeviceRef, parse_device_id
 from ..snapshot import Advertised, Allocation
 from .clock import SimClock
@@ -58,6 +72,7 @@ _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 EXPORTER_POD = "nvidia-dcgm-exporter-7kq2x"
 EXPORTER_NAMESPACE = "gpu-operator"
 EXPORTER_LABELS = {"app": "nvidia-dcgm-exporter"}
+EXPORTER_OWNER = {"kind": "DaemonSet", "name": "nvidia-dcgm-exporter"}
 EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
 
 
@@ -73,6 +88,9 @@ class SimulatedNode:
         kubernetes = nvml.scenario.extra.get("kubernetes", {})
         self.pods = [_pod(p) for p in kubernetes.get("pods", [])]
         self.shared = kubernetes.get("advertised", [])
+        self.kubernetes_version = str(kubernetes.get("version", "1.34"))
+        self.device_plugin = bool(kubernetes.get("device_plugin", True))
+        self.node_name = kubernetes.get("node_name", nvml.scenario.name)
         self._directory: Optional[tempfile.TemporaryDirectory] = None
         self.kubelet: Optional[KubeletServer] = None
         self.pod_resources: Optional[PodResourcesServer] = None
@@ -101,7 +119,8 @@ class SimulatedNode:
         self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
         self.kubelet.write_token_file()
         socket_path = str(root / "kubelet.sock")
-        self.pod_resources = PodResourcesServer(socket_path, self.allocations(), self.advertised()).start()
+        self.pod_resources = PodResourcesServer(socket_path, self.allocations(), self.advertised(),
+                                                kubernetes_version=self.kubernetes_version).start()
         return dict(
             standing_in,
             kubernetes="true",
@@ -130,17 +149,28 @@ class SimulatedNode:
     # --- what the servers serve -------------------------------------------------------
 
     def allocations(self) -> List[Allocation]:
-        return [
-            Allocation(pod["namespace"], pod["name"], c["name"], c.get("resource", "nvidia.com/gpu"),
-                             self.device_id(ref))
-            for pod in self.pods
-            for c in pod["containers"]
-            for ref in c.get("devices", [])
+        """Each container's devices from device plugins, then from its DRA claims, as pod-resources lists them."""
+        return [allocation for pod in self.pods for c in pod["containers"] for allocation in self._held(pod, c)]
+
+    def _held(self, pod: Dict[str, Any], container: Dict[str, Any]) -> List[Allocation]:
+        where = (pod["namespace"], pod["name"], container["name"])
+        plugged = [Allocation(*where, container.get("resource", "nvidia.com/gpu"), self.device_id(ref))
+                   for ref in container.get("devices", [])]
+        return plugged + [
+            Allocation(*where, claim.get("driver", GPU_DRIVER), self.dra_device(ref), claim_name=claim["name"],
+                       claim_namespace=claim.get("namespace", pod["namespace"]), pool=self.node_name,
+                       share_id=claim.get("share_id"))
+            for claim in container.get("claims", [])
+            for ref in claim["devices"]
         ]
 
     def advertised(self) -> List[Advertised]:
-        """What the device plugins advertise: declared replicas, held IDs, and every other GPU whole."""
-        found = {a.device_id: Advertised(a.resource_name, a.device_id) for a in self.allocations()}
+        """What the device plugins advertise: declared replicas, held IDs, and every other GPU whole; nothing
+        on a node without them (DRA devices are not advertised there)."""
+        if not self.device_plugin:
+            return []
+        held = [a for a in self.allocations() if not a.dynamic]
+        found = {a.device_id: Advertised(a.resource_name, a.device_id) for a in held}
         for shared in self.shared:
             for replica in range(int(shared["replicas"])):
                 device_id = self.device_id(f"gpu:{shared['device']}::{replica}")
@@ -173,6 +203,7 @@ class SimulatedNode:
             "namespace": EXPORTER_NAMESPACE,
             "phase": "Running",
             "labels": EXPORTER_LABELS,
+            "owner": EXPORTER_OWNER,
             "pod_ip": "127.0.0.1",
             "containers": [{
                 "name": "nvidia-dcgm-exporter",
@@ -190,6 +221,8 @@ class SimulatedNode:
                 "name": pod["name"],
                 "namespace": pod["namespace"],
                 "phase": pod["phase"],
+                "labels": pod.get("labels", {}),
+                "owner": pod.get("owner"),
                 "containers": [
                     {
                         "name": c["name"],
@@ -236,6 +269,27 @@ class SimulatedNode:
             return f"MIG-{device.spec.uuid}/{tail}"
         minor = device.spec.get("minor_number", device.index)
         return f"nvidia{minor}" + (f"/{tail}" if tail else "")
+
+    def dra_device(self, ref: str) -> str:
+        """The device name NVIDIA's DRA driver gives a scenario reference (gpu:N, mig:N/GI, mig-sized:N/GI),
+        by NVML minor number and MIG placement (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin: deviceinfo.go
+        `gpu-%d`, mig.go ToCanonicalName; before its dynamic MIG releases, deviceinfo.go `gpu-%d-mig-%d-%d-%d`)."""
+        kind, _, rest = ref.partition(":")
+        if kind not in ("gpu", "mig", "mig-sized"):
+            return ref
+        index, _, gpu_instance = rest.partition("/")
+        device = self.nvml.devices[int(index)]
+        name = f"gpu-{device.spec.get('minor_number', device.index)}"
+        if kind == "gpu":
+            return name
+        spec = next(m.spec for m in device.mig if m.spec.gpu_instance_id == int(gpu_instance))
+        if spec.profile_id is None or spec.placement is None:
+            raise ValueError(f"claim device {ref}: the MIG instance needs profile_id and placement for its DRA name")
+        start, size = spec.placement
+        if kind == "mig-sized":
+            return f"{name}-mig-{spec.profile_id}-{start}-{size}"
+        # The profile name without dots, in lower case as a Kubernetes device name must be (RFC 1123).
+        return f"{name}-mig-{spec.profile.replace('.', '').lower()}-{spec.profile_id}-{start}"
 
 
 def _entity(ref: str) -> Optional[EntityKey]:

@@ -3,13 +3,18 @@
 Responses are encoded by the official protobuf runtime from message classes built at start-up
 from a descriptor assembled here, so the check's hand-written decoder meets the bytes a real
 kubelet would send. Works with protobuf 4.21 through 7.x.
+
+An allocation with a claim name is a DRA claim's device (its resource name the driver's); it is
+served in the messages of the Kubernetes release the server plays: from 1.31 with the driver, pool
+and device names, from 1.27 to 1.30 as CDI device names alone, written as NVIDIA's drivers write them.
 """
 
 import contextlib
 import os
 import threading
+import uuid
 from concurrent import futures
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -18,6 +23,11 @@ from ..kube.pod_resources import ALLOCATABLE_METHOD, LIST_METHOD
 from ..snapshot import Advertised, Allocation
 
 BEHAVIOURS = ("ok", "unimplemented", "rate_limited", "slow", "garbage")
+# How NVIDIA's DRA drivers name a claim's devices in CDI (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/cdi.go):
+# claim: `<vendor>/claim=<claim UID>-<device>` (current releases); standard: `<vendor>/device=<device>` before
+# it (2024-09 to 2025-07); classic: `<vendor>/claim=common` and `<vendor>/claim=<claim UID>` (releases for
+# Kubernetes 1.26-1.30). The vendor is `k8s.` + the driver's name.
+CDI_NAMINGS = ("claim", "standard", "classic")
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "v1"
@@ -35,6 +45,7 @@ _SCHEMA: Dict[str, Tuple[Tuple[str, int, Union[int, str], bool], ...]] = {
     "ContainerResources": (
         ("name", 1, _FIELD.TYPE_STRING, False),
         ("devices", 2, "ContainerDevices", True),
+        ("dynamic_resources", 5, "DynamicResource", True),
     ),
     "ContainerDevices": (
         ("resource_name", 1, _FIELD.TYPE_STRING, False),
@@ -53,6 +64,30 @@ _SCHEMA: Dict[str, Tuple[Tuple[str, int, Union[int, str], bool], ...]] = {
     ),
     "TopologyInfo": (("nodes", 1, "NUMANode", True),),
     "NUMANode": (("ID", 1, _FIELD.TYPE_INT64, False),),
+    "CDIDevice": (("name", 1, _FIELD.TYPE_STRING, False),),
+}
+_CLAIM_FIELDS = (
+    ("claim_name", 2, _FIELD.TYPE_STRING, False),
+    ("claim_namespace", 3, _FIELD.TYPE_STRING, False),
+    ("claim_resources", 4, "ClaimResource", True),
+)
+# The DRA messages of each layout, by the first Kubernetes release that sends it (kubelet
+# pkg/apis/podresources/v1/api.proto). share_id (1.34) is `optional` there: the same bytes whenever it is set.
+_DRA_SCHEMAS = {
+    (1, 31): {
+        "DynamicResource": _CLAIM_FIELDS,
+        "ClaimResource": (
+            ("cdi_devices", 1, "CDIDevice", True),
+            ("driver_name", 2, _FIELD.TYPE_STRING, False),
+            ("pool_name", 3, _FIELD.TYPE_STRING, False),
+            ("device_name", 4, _FIELD.TYPE_STRING, False),
+            ("share_id", 5, _FIELD.TYPE_STRING, False),
+        ),
+    },
+    (1, 27): {
+        "DynamicResource": (("class_name", 1, _FIELD.TYPE_STRING, False), *_CLAIM_FIELDS),
+        "ClaimResource": (("cdi_devices", 1, "CDIDevice", True),),
+    },
 }
 
 # With extra_fields, each message the check reads also carries fields no kubelet defines yet, one per
@@ -64,7 +99,8 @@ _EXTRA_FIELDS = (
     ("extra_text", 1003, _FIELD.TYPE_STRING, False),
 )
 _EXTENDED = (
-    "ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices", "AllocatableResourcesResponse"
+    "ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices",
+    "AllocatableResourcesResponse", "DynamicResource", "ClaimResource",
 )
 # -1 makes the longest varint there is (10 bytes).
 _EXTRA_VALUES = {"extra_varint": -1, "extra_fixed64": 2**64 - 1, "extra_fixed32": 7, "extra_text": "newer kubelet"}
@@ -85,7 +121,10 @@ class PodResourcesServer:
     (a kubelet before 1.20, or for GetAllocatableResources alone one from 1.20 to 1.22);
     rate_limited (the kubelet's RESOURCE_EXHAUSTED); slow (answers after `delay` seconds);
     garbage (bytes that are no protobuf message). `requests` and
-    `allocatable_requests` count the calls of each method received."""
+    `allocatable_requests` count the calls of each method received.
+
+    `kubernetes_version` ("1.27" or later) picks the DRA messages List sends, and `cdi_naming` (one of
+    CDI_NAMINGS) how the CDI device names in them are written."""
 
     def __init__(
         self,
@@ -95,10 +134,16 @@ class PodResourcesServer:
         behaviour: str = "ok",
         delay: float = 1.0,
         extra_fields: bool = False,
+        kubernetes_version: str = "1.34",
+        cdi_naming: str = "claim",
     ) -> None:
+        if cdi_naming not in CDI_NAMINGS:
+            raise ValueError(f"unknown CDI naming {cdi_naming!r}; expected one of {', '.join(CDI_NAMINGS)}")
         self.socket_path = socket_path
         self.delay = delay
-        self._classes = _message_classes(extra_fields)
+        self._layout = _dra_layout(kubernetes_version)
+        self._cdi_naming = cdi_naming
+        self._classes = _message_classes(extra_fields, self._layout)
         self._extra_fields = extra_fields
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -214,15 +259,44 @@ class PodResourcesServer:
         for (namespace, pod_name), containers in _group(allocations).items():
             pod = response.pod_resources.add(name=pod_name, namespace=namespace)
             self._stamp(pod)
-            for container_name, resources in containers.items():
+            for container_name, held in containers.items():
                 container = pod.containers.add(name=container_name)
                 self._stamp(container)
-                for resource_name, device_ids in resources.items():
-                    devices = container.devices.add(resource_name=resource_name, device_ids=device_ids)
-                    # The NVIDIA device plugin reports each GPU's NUMA node; the check does not read it.
-                    devices.topology.nodes.add(ID=0)
-                    self._stamp(devices)
+                self._encode_devices(container, [a for a in held if not a.dynamic])
+                claims = _by([a for a in held if a.dynamic], lambda a: (a.claim_namespace, a.claim_name))
+                for claim in claims.values():
+                    self._encode_claim(container.dynamic_resources.add(), claim)
         return response.SerializeToString()
+
+    def _encode_devices(self, container: Any, allocations: List[Allocation]) -> None:
+        for resource_name, held in _by(allocations, lambda a: a.resource_name).items():
+            devices = container.devices.add(resource_name=resource_name, device_ids=[a.device_id for a in held])
+            # The NVIDIA device plugin reports each GPU's NUMA node; the check does not read it.
+            devices.topology.nodes.add(ID=0)
+            self._stamp(devices)
+
+    def _encode_claim(self, claim: Any, devices: List[Allocation]) -> None:
+        first = devices[0]
+        claim.claim_name, claim.claim_namespace = first.claim_name, first.claim_namespace
+        self._stamp(claim)
+        if self._layout >= (1, 31):  # a ClaimResource per device, named by its driver
+            for device in devices:
+                resource = claim.claim_resources.add(driver_name=device.resource_name, pool_name=device.pool or "",
+                                                     device_name=device.device_id)
+                if device.share_id is not None:
+                    resource.share_id = device.share_id
+                self._add_cdi_names(resource, [device])
+            return
+        # Before 1.31: a ClaimResource per driver, its CDI device names alone (the class named for the driver).
+        claim.class_name = first.resource_name
+        for held in _by(devices, lambda a: a.resource_name).values():
+            self._add_cdi_names(claim.claim_resources.add(), held)
+
+    def _add_cdi_names(self, resource: Any, devices: List[Allocation]) -> None:
+        self._stamp(resource)  # each ClaimResource passes here once
+        names = [name for device in devices for name in _cdi_names(device, self._cdi_naming)]
+        for name in dict.fromkeys(names):  # the classic driver's names are the claim's, not each device's
+            resource.cdi_devices.add(name=name)
 
     def _stamp(self, message: Any) -> None:
         if self._extra_fields:
@@ -230,20 +304,48 @@ class PodResourcesServer:
                 setattr(message, name, value)
 
 
-def _group(allocations: List[Allocation]) -> Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]]:
-    """Nest flat allocations as the kubelet does: pod, then container, then resource, in first-seen order."""
-    pods: Dict[Tuple[str, str], Dict[str, Dict[str, List[str]]]] = {}
+def _group(allocations: List[Allocation]) -> Dict[Tuple[str, str], Dict[str, List[Allocation]]]:
+    """Nest flat allocations as the kubelet does: pod, then container, in first-seen order."""
+    pods: Dict[Tuple[str, str], Dict[str, List[Allocation]]] = {}
     for allocation in allocations:
         containers = pods.setdefault((allocation.namespace, allocation.pod), {})
-        resources = containers.setdefault(allocation.container, {})
-        resources.setdefault(allocation.resource_name, []).append(allocation.device_id)
+        containers.setdefault(allocation.container, []).append(allocation)
     return pods
 
 
-def _message_classes(extra_fields: bool) -> Dict[str, Any]:
+def _by(allocations: List[Allocation], key: Callable[[Allocation], Any]) -> Dict[Any, List[Allocation]]:
+    """Allocations grouped by `key`, in first-seen order."""
+    groups: Dict[Any, List[Allocation]] = {}
+    for allocation in allocations:
+        groups.setdefault(key(allocation), []).append(allocation)
+    return groups
+
+
+def _cdi_names(device: Allocation, naming: str) -> List[str]:
+    kind = f"k8s.{device.resource_name}"
+    claim_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"resourceclaim/{device.claim_namespace}/{device.claim_name}"))
+    if naming == "classic":
+        return [f"{kind}/claim=common", f"{kind}/claim={claim_uid}"]
+    claimed = f"{kind}/claim={claim_uid}-{device.device_id}"
+    return [f"{kind}/device={device.device_id}", claimed] if naming == "standard" else [claimed]
+
+
+def _dra_layout(kubernetes_version: str) -> Tuple[int, int]:
+    try:
+        release = tuple(int(part) for part in kubernetes_version.split(".")[:2])
+    except ValueError:
+        release = ()
+    layout = next((since for since in sorted(_DRA_SCHEMAS, reverse=True) if release >= since), None)
+    if len(release) != 2 or layout is None:
+        raise ValueError(f"Kubernetes version {kubernetes_version!r}: expected <major>.<minor>, 1.27 or later "
+                         "(the first to list DRA claims in pod-resources)")
+    return layout
+
+
+def _message_classes(extra_fields: bool, layout: Tuple[int, int] = (1, 31)) -> Dict[str, Any]:
     # A private pool keeps these names clear of any v1 pod-resources types the process registered itself.
     pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(_file_descriptor(extra_fields).SerializeToString())
+    pool.AddSerializedFile(_file_descriptor(extra_fields, layout).SerializeToString())
     get_message_class = getattr(message_factory, "GetMessageClass", None)
     # protobuf before 4.22 has no GetMessageClass.
     make = get_message_class or message_factory.MessageFactory(pool).GetPrototype
@@ -253,10 +355,10 @@ def _message_classes(extra_fields: bool) -> Dict[str, Any]:
     }
 
 
-def _file_descriptor(extra_fields: bool) -> descriptor_pb2.FileDescriptorProto:
+def _file_descriptor(extra_fields: bool, layout: Tuple[int, int]) -> descriptor_pb2.FileDescriptorProto:
     file = descriptor_pb2.FileDescriptorProto(name="gpu_monitoring_sim/pod_resources.proto", package=_PACKAGE)
     file.syntax = "proto3"
-    for message_name, fields in _SCHEMA.items():
+    for message_name, fields in {**_SCHEMA, **_DRA_SCHEMAS[layout]}.items():
         message = file.message_type.add(name=message_name)
         extra = _EXTRA_FIELDS if extra_fields and message_name in _EXTENDED else ()
         for name, number, kind, repeated in fields + extra:

@@ -19,7 +19,7 @@ lack functions (`missing_functions`, symbols absent as from an old driver) and r
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pynvml
 import yaml
@@ -78,6 +78,10 @@ class MigSpec:
     utilization: float
     uuid: str
     processes: List[Dict[str, Any]]
+    # The GPU instance profile's ID (nvidia-smi mig -lgip's ID) and the instance's placement (start, size in
+    # memory slices): NVIDIA's DRA driver names a MIG device by them. A scenario gives them where it needs them.
+    profile_id: Optional[int] = None
+    placement: Optional[Tuple[int, int]] = None
 
 
 @dataclass
@@ -213,6 +217,8 @@ def _device(scenario: str, index: int, entry: Dict[str, Any], models: Dict[str, 
             utilization=float(m.get("utilization", 0)),
             uuid=m.get("uuid") or _stable_uuid("MIG", scenario, index, m["gi"], m.get("ci", 0)),
             processes=list(m.get("processes", [])),
+            profile_id=m.get("profile_id"),
+            placement=(int(m["placement"]["start"]), int(m["placement"]["size"])) if "placement" in m else None,
         )
         for m in entry.get("mig", [])
     ]

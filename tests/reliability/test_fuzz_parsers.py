@@ -3,6 +3,7 @@ lines, device IDs, the kubelet's pod list and pod-resources messages. Each gets 
 mutated good input; the only way out is a result or the error the parser documents, and good input
 reads back as it was written. Budget and strategies: fuzz_support.py."""
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpu_monitoring import GpuMonitoringCheck
 from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
+from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
@@ -303,13 +305,18 @@ def _text(number, value):
     return _field(number, value.encode("utf-8"))
 
 
-# Fields a newer kubelet sends that the decoder must skip: every wire type it can meet.
-UNKNOWN_FIELD = st.one_of(
-    st.builds(lambda n, v: _varint(n << 3) + _varint(v), st.integers(4, 99), st.integers(0, 2**64 - 1)),
-    st.builds(lambda n, v: _varint(n << 3 | 1) + v, st.integers(4, 99), st.binary(min_size=8, max_size=8)),
-    st.builds(lambda n, v: _varint(n << 3 | 5) + v, st.integers(4, 99), st.binary(min_size=4, max_size=4)),
-    st.builds(lambda n, v: _field(n, v), st.integers(4, 99), st.binary(max_size=8)),
-)
+def unknown_fields(first):
+    """Fields a newer kubelet sends that the decoder must skip, numbered from `first`: every wire type it can meet."""
+    numbers = st.integers(first, 99)
+    return st.one_of(
+        st.builds(lambda n, v: _varint(n << 3) + _varint(v), numbers, st.integers(0, 2**64 - 1)),
+        st.builds(lambda n, v: _varint(n << 3 | 1) + v, numbers, st.binary(min_size=8, max_size=8)),
+        st.builds(lambda n, v: _varint(n << 3 | 5) + v, numbers, st.binary(min_size=4, max_size=4)),
+        st.builds(lambda n, v: _field(n, v), numbers, st.binary(max_size=8)),
+    )
+
+
+UNKNOWN_FIELD = unknown_fields(4)
 UTF8 = st.text(max_size=16)  # surrogates excluded: protobuf strings are valid UTF-8
 
 
@@ -329,6 +336,56 @@ def devices(draw):
     return _insert(draw, [_text(2, i) for i in ids], extra), resource, ids
 
 
+DEVICE_NAME = st.text(string.ascii_lowercase + string.digits + "-", min_size=1, max_size=12)
+DRIVERS = st.sampled_from([GPU_DRIVER, "compute-domain.nvidia.com"])
+
+
+@st.composite
+def claim_resource(draw, claim):
+    """A Kubernetes 1.31+ ClaimResource (a device its driver names) and the allocation it makes of `claim`."""
+    driver, device, pool, share = draw(DRIVERS), draw(UTF8), draw(UTF8), draw(st.none() | UTF8)
+    fields = [_text(2, driver), _text(3, pool), _text(4, device), _field(1, _text(1, draw(UTF8)))]
+    fields += [_text(5, share)] if share is not None else []
+    encoded = _insert(draw, [], fields + draw(st.lists(unknown_fields(6), max_size=2)))
+    return encoded, dataclasses.replace(claim, resource_name=driver, device_id=device, pool=pool or None,
+                                        share_id=share)
+
+
+@st.composite
+def cdi_claim_resource(draw, claim):
+    """A ClaimResource before Kubernetes 1.31 (CDI device names alone) and the allocations it makes of `claim`."""
+    names, found = [], []
+    for _ in range(draw(st.integers(0, 3))):
+        device = draw(DEVICE_NAME)
+        name = draw(st.sampled_from([
+            f"k8s.{GPU_DRIVER}/claim={draw(UUID)}-{device}", f"k8s.{GPU_DRIVER}/device={device}",
+            f"k8s.compute-domain.nvidia.com/claim={draw(UUID)}-{device}", "k8s.gpu.resource.nvidia.com/claim=common",
+        ]))
+        names.append(_field(1, _text(1, name)))
+        if name.startswith(f"k8s.{GPU_DRIVER}/"):
+            found.append(dataclasses.replace(claim, resource_name=GPU_DRIVER, device_id=device))
+    return _insert(draw, names, draw(st.lists(unknown_fields(6), max_size=2))), found
+
+
+@st.composite
+def dynamic_resource(draw, namespace, pod, container):
+    """A DynamicResource of either layout and the allocations of NVIDIA's GPU driver it holds, each once."""
+    claim_name, claim_namespace = draw(UTF8), draw(UTF8)
+    claim = Allocation(namespace, pod, container, GPU_DRIVER, "", claim_name=claim_name,
+                       claim_namespace=claim_namespace or namespace)
+    fields, found = [_text(2, claim_name), _text(3, claim_namespace)], []
+    if draw(st.booleans()):
+        resources = [(encoded, [made]) for encoded, made in draw(st.lists(claim_resource(claim), max_size=3))]
+    else:
+        fields.append(_text(1, draw(UTF8)))  # class_name, before 1.31
+        resources = draw(st.lists(cdi_claim_resource(claim), max_size=2))
+    for allocation in (a for _, made in resources for a in made):
+        if allocation.resource_name == GPU_DRIVER and allocation not in found:
+            found.append(allocation)
+    extra = fields + draw(st.lists(unknown_fields(6), max_size=1))
+    return _insert(draw, [_field(4, encoded) for encoded, _ in resources], extra), found
+
+
 @st.composite
 def list_response(draw):
     """A ListPodResourcesResponse as the kubelet serialises it, and the allocations it holds."""
@@ -342,6 +399,13 @@ def list_response(draw):
             for encoded, resource, ids in draw(st.lists(devices(), max_size=2)):
                 container_fields.append(_field(2, encoded))
                 container_expected += [Allocation(namespace, name, container, resource, i) for i in ids]
+            # DRA claims (field 5), in their order among the devices, come after them whatever their place.
+            at = 0
+            for encoded, claimed in draw(st.lists(dynamic_resource(namespace, name, container), max_size=2)):
+                at = draw(st.integers(at, len(container_fields)))
+                container_fields.insert(at, _field(5, encoded))
+                at += 1
+                container_expected += claimed
             # The container's name may come after its devices; the decoder must still name them.
             pod_fields.append(_field(3, _insert(draw, container_fields, [_text(1, container)])))
             pod_expected += container_expected
