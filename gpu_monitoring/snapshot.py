@@ -116,6 +116,11 @@ class MigInstance:
     compute_instance_id: Optional[int]
     profile: Optional[str]
     metrics: Dict[str, float] = field(default_factory=dict)
+    # The GPU instance's profile ID and placement (start and size in memory slices), as NVML's
+    # nvmlGpuInstanceGetInfo gives them: NVIDIA's DRA driver names a MIG device by them.
+    gpu_instance_profile_id: Optional[int] = None
+    placement_start: Optional[int] = None
+    placement_size: Optional[int] = None
     # Series of a part of the instance, by that part's tags joined with commas, then by metric name.
     tagged_metrics: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Process] = field(default_factory=list)

@@ -35,11 +35,15 @@ class Mig(Collector):
         return found
 
     def _instance(self, child: Device) -> MigInstance:
+        profile_id, start, size = child.gpu_instance_layout or (None, None, None)
         instance = MigInstance(
             uuid=child.uuid,
             gpu_instance_id=child.gpu_instance_id,
             compute_instance_id=child.compute_instance_id,
             profile=_profile(child.name),
+            gpu_instance_profile_id=profile_id,
+            placement_start=start,
+            placement_size=size,
         )
         for collector in self.instance_collectors:
             store(collector.collect(child, Fields()), instance)

@@ -254,6 +254,14 @@ class Device:
     def compute_instance_id(self) -> Optional[int]:
         return self.ask(queries.COMPUTE_INSTANCE_ID)
 
+    @cached_property
+    def gpu_instance_layout(self) -> Optional[Tuple[int, int, int]]:
+        """A MIG device's GPU instance: (profile ID, placement start, placement size), asked of its
+        GPU once while the MIG device stays (a changed split makes new MIG devices)."""
+        if self.parent is None or self.gpu_instance_id is None:
+            return None
+        return self.parent.ask(queries.gpu_instance_info(self.gpu_instance_id))
+
     # --- processes ----------------------------------------------------------------------
 
     def compute_processes(self) -> List[processes.Listed]:

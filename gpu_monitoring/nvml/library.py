@@ -114,16 +114,19 @@ class Binding:
     and `value` made of its answer: identity and limits, read once a session, where pynvml's
     decoding (strings, versioned structures) is worth more than a prepared call's speed."""
 
-    __slots__ = ("function", "args", "value", "key")
+    __slots__ = ("function", "args", "value", "key", "through")
 
-    def __init__(self, function: str, *args: Any, value: Callable[[Any], Any] = lambda answer: answer) -> None:
+    def __init__(self, function: str, *args: Any, value: Callable[[Any], Any] = lambda answer: answer,
+                 through: Optional[Callable[..., Any]] = None) -> None:
         self.function = function
         self.args = args
         self.value = value
         self.key = refusal_key(function, args)
+        # A function of this module that reaches `function` through the handle another call gives.
+        self.through = through
 
     def bind(self, handle: Any, rooms: Dict[str, Room]) -> Bound:
-        answer = _Answer(getattr(pynvml, self.function))
+        answer = _Answer(self.through or getattr(pynvml, self.function))
         return Bound(answer, (handle, *self.args), (answer,), self._value)
 
     def _value(self, answer: "_Answer") -> Any:
@@ -264,6 +267,12 @@ def load(library: Any) -> None:
                 "installed and its library visible (LD_LIBRARY_PATH, the NVIDIA container runtime), "
                 "or should nvml_library_path point at it?"
             ) from e
+
+
+def gpu_instance_info(device: Any, gpu_instance_id: int) -> Any:
+    """nvml.h: a GPU instance's profile and placement are asked of the instance's own handle, which
+    its GPU gives by the instance's ID."""
+    return pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(device, gpu_instance_id))
 
 
 def call(function: str, *args: Any) -> Any:

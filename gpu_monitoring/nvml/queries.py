@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import pynvml
 
+from . import library
 from .library import Binding, Query
 
 Output = Any  # a ctypes scalar or structure NVML writes into
@@ -179,6 +180,15 @@ PCIE_MAX_GENERATION = Binding("nvmlDeviceGetMaxPcieLinkGeneration")
 PCIE_MAX_WIDTH = Binding("nvmlDeviceGetMaxPcieLinkWidth")
 MAX_MIG_DEVICES = Binding("nvmlDeviceGetMaxMigDeviceCount")
 GPU_INSTANCE_ID = Binding("nvmlDeviceGetGpuInstanceId")
+
+
+@functools.cache
+def gpu_instance_info(gpu_instance_id: int) -> Binding:
+    """(profile ID, placement start, placement size in memory slices) of one GPU instance of a GPU."""
+    return Binding("nvmlGpuInstanceGetInfo", gpu_instance_id, through=library.gpu_instance_info,
+                   value=lambda info: (info.profileId, info.placement.start, info.placement.size))
+
+
 COMPUTE_INSTANCE_ID = Binding("nvmlDeviceGetComputeInstanceId")
 GPM_SUPPORT = Binding("nvmlGpmQueryDeviceSupport", value=lambda support: bool(support.isSupportedDevice))
 EVENT_TYPES = Binding("nvmlDeviceGetSupportedEventTypes")

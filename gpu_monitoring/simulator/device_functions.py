@@ -412,6 +412,33 @@ def nvmlDeviceGetGpuInstanceId(sim, target, out):
     return OK
 
 
+@nvml("hup")
+def nvmlDeviceGetGpuInstanceById(sim, target, gpu_instance_id, out):
+    """A GPU instance of a GPU in MIG mode, by ID. Its handle is the handle of the instance's (first)
+    MIG device: nothing the check does tells the two kinds of handle apart."""
+    if target.mig is not None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    if not target.device.mig:
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+    for instance in target.device.mig:
+        if instance.spec.gpu_instance_id == gpu_instance_id:
+            put_pointer(out, sim.handle_of(target.device, instance))
+            return OK
+    return pynvml.NVML_ERROR_NOT_FOUND
+
+
+@nvml("hp")
+def nvmlGpuInstanceGetInfo(sim, target, out):
+    spec = target.mig.spec if target.mig is not None else None
+    if spec is None or spec.profile_id is None or spec.placement is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    info = struct_at(pynvml.c_nvmlGpuInstanceInfo_t, out)
+    info.id = spec.gpu_instance_id
+    info.profileId = spec.profile_id
+    info.placement.start, info.placement.size = spec.placement
+    return OK
+
+
 @nvml("hp")
 def nvmlDeviceGetComputeInstanceId(sim, target, out):
     if target.mig is None:

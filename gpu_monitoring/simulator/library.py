@@ -48,6 +48,8 @@ MIG_HANDLE_FUNCTIONS = {
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
     "nvmlDeviceIsMigDeviceHandle",
     "nvmlDeviceGetArchitecture",
+    # A GPU instance's handle is its MIG device's here (see nvmlDeviceGetGpuInstanceById).
+    "nvmlGpuInstanceGetInfo",
 }
 # On a MIG handle these answer INVALID_ARGUMENT rather than NOT_SUPPORTED.
 MIG_INVALID_ARGUMENT = {"nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieThroughput"}

@@ -204,24 +204,53 @@ def _field_id(name: str) -> int:
     return value
 
 
+# nvidia-smi mig -lgip on an 8-slice GPU (A100, H100): the GPU instance profile's ID by (compute slices,
+# memory slices), whatever the memory per slice: 1g.10gb 19, 1g.20gb 15, 2g.20gb 14, 3g.40gb 9, 4g.40gb 5,
+# 7g.80gb 0 on an 80 GB GPU.
+_GI_PROFILE_IDS = {(1, 1): 19, (1, 2): 15, (2, 2): 14, (3, 4): 9, (4, 4): 5, (7, 8): 0}
+# Where nvidia-smi mig -lgi places each instance of an 8-slice GPU, by GPU instance ID: 1g instances
+# 7-13 at slices 0-6, 2g 3-5 at 0, 2, 4, 3g 1-2 at 0 and 4, 4g and 7g at 0.
+_FIRST_ID = {1: 7, 2: 3, 3: 1, 4: 0, 7: 0}
+_MEMORY_SLICES = 8
+
+
+def _slices(entry: Dict[str, Any], gpu_memory_mib: Optional[int]) -> Optional[Tuple[int, int]]:
+    """(compute slices, memory slices) of a MIG instance: `3g` of its profile name, and its memory in
+    eighths of the GPU's (an instance has a little less than its slices: the rest is reserved)."""
+    compute = entry["profile"].partition("g.")[0]
+    if not compute.isdigit() or not gpu_memory_mib:
+        return None
+    return int(compute), max(1, round(entry["memory_mib"] * _MEMORY_SLICES / gpu_memory_mib))
+
+
+def _placement(entry: Dict[str, Any], slices: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+    if "placement" in entry:
+        return int(entry["placement"]["start"]), int(entry["placement"]["size"])
+    if slices is None or slices[0] not in _FIRST_ID:
+        return None
+    compute, memory = slices
+    return (entry["gi"] - _FIRST_ID[compute]) * memory if compute < 4 else 0, memory
+
+
+def _mig(scenario: str, index: int, m: Dict[str, Any], slices: Optional[Tuple[int, int]]) -> MigSpec:
+    return MigSpec(
+        profile=m["profile"],
+        gpu_instance_id=m["gi"],
+        compute_instance_id=m.get("ci", 0),
+        memory_mib=m["memory_mib"],
+        utilization=float(m.get("utilization", 0)),
+        uuid=m.get("uuid") or _stable_uuid("MIG", scenario, index, m["gi"], m.get("ci", 0)),
+        processes=list(m.get("processes", [])),
+        profile_id=m.get("profile_id", _GI_PROFILE_IDS.get(slices)),
+        placement=_placement(m, slices),
+    )
+
+
 def _device(scenario: str, index: int, entry: Dict[str, Any], models: Dict[str, Any]) -> DeviceSpec:
     facts = dict(models[entry["model"]]) if "model" in entry else {}
     facts.update({k: v for k, v in entry.items() if k not in ("load", "processes", "mig", "unsupported")})
     gpu_uuid = entry.get("uuid") or _stable_uuid("GPU", scenario, index)
-    mig = [
-        MigSpec(
-            profile=m["profile"],
-            gpu_instance_id=m["gi"],
-            compute_instance_id=m.get("ci", 0),
-            memory_mib=m["memory_mib"],
-            utilization=float(m.get("utilization", 0)),
-            uuid=m.get("uuid") or _stable_uuid("MIG", scenario, index, m["gi"], m.get("ci", 0)),
-            processes=list(m.get("processes", [])),
-            profile_id=m.get("profile_id"),
-            placement=(int(m["placement"]["start"]), int(m["placement"]["size"])) if "placement" in m else None,
-        )
-        for m in entry.get("mig", [])
-    ]
+    mig = [_mig(scenario, index, m, _slices(m, facts.get("memory_mib"))) for m in entry.get("mig", [])]
     return DeviceSpec(
         index=index,
         uuid=gpu_uuid,
