@@ -1,8 +1,8 @@
 """The fleet funnel (total → allocated → active → effective) and what GPUs and their idle time cost."""
 
 import fnmatch
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 from ..snapshot import Device, MigInstance
 
@@ -14,11 +14,33 @@ FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
 
 
 @dataclass
+class Settings:
+    effective_threshold: float = 50.0
+    hourly_price: Dict[str, float] = field(default_factory=dict)
+    default_hourly_price: Optional[float] = None
+
+
+@dataclass
 class DeviceState:
     allocated: bool
     active: bool
     effective: bool
     basis: str = UTILIZATION  # who measured the activity `effective` rests on: gpm | dcgm | utilization
+
+
+@dataclass
+class Fleet:
+    states: Dict[int, DeviceState]
+    prices: Dict[int, Optional[float]]  # US$ per hour of each GPU, where configured
+    funnel: Dict[FunnelKey, Dict[str, int]]  # counts by (GPU model, activity basis)
+
+
+def fleet(
+    devices: List[Device], allocated: Set[int], allocatable: Optional[Dict[int, bool]], settings: Settings
+) -> Fleet:
+    states = {d.index: device_state(d, d.index in allocated, settings.effective_threshold) for d in devices}
+    prices = {d.index: hourly_price(d.name, settings.hourly_price, settings.default_hourly_price) for d in devices}
+    return Fleet(states, prices, funnel(devices, states, allocatable))
 
 
 def busy(device: Device) -> bool:
