@@ -15,7 +15,7 @@ from .claims import Claimed, claims
 from .fleet import DeviceState, Fleet, FunnelKey, Settings, fleet
 from .holders import Holder, PodDirectory, Tagger
 from .owners import owners
-from .targets import TargetKey, slicing_mode, targets
+from .targets import TargetKey, targets
 from .workloads import Workload, Workloads, workloads
 
 __all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
@@ -65,10 +65,16 @@ def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Setti
 def _view(device: Device, claimed: Claimed, found: Workloads, node: Fleet) -> DeviceView:
     index = device.index
     return DeviceView(
-        slicing_mode=slicing_mode(device),
+        slicing_mode=_slicing_mode(device),
         state=node.states[index],
         price=node.prices[index],
         holders=found.exclusive.get(index, {}),
         sharing=claimed.sharing.get(index, {}),
         offered=claimed.offered[index],
     )
+
+
+def _slicing_mode(device: Device) -> str:
+    """MIG partitioning only, with the values of the Agent's own gpu check (its MIG instances are
+    `mig`), so that one `gpu_slicing_mode` filter selects the same GPUs in both."""
+    return "mig-parent" if device.mig_enabled else "none"

@@ -28,6 +28,7 @@ class Claims:
         if replica is not None:
             self.replicas.setdefault(holder.key, set()).add(replica)
         if allocation.dynamic:
+            # A ResourceClaim lives in its pod's namespace (Kubernetes: pods reference claims by name only).
             claim = (allocation.claim_namespace or allocation.namespace, allocation.claim_name or "")
             self.dynamic.setdefault(claim, set()).add(holder.key)
             self.shared_resource |= allocation.share_id is not None
@@ -96,8 +97,8 @@ def claims(snapshot: Snapshot, held: List[Target], directory: PodDirectory) -> C
     found: Dict[TargetKey, Claims] = {}
     for allocation, place in live:
         if (allocation.namespace, allocation.pod) not in watching:
-            claims = found.setdefault(place.key, Claims(advertised=offer.replicas.get(place.key) if offer else None))
-            claims.add(directory.for_allocation(allocation), allocation, place.replica)
+            held_by = found.setdefault(place.key, Claims(advertised=offer.replicas.get(place.key) if offer else None))
+            held_by.add(directory.for_allocation(allocation), allocation, place.replica)
     offered, allocatable = _offered(snapshot.devices, offer, dynamic)
     return Claimed(
         targets=found,

@@ -27,12 +27,6 @@ def targets(snapshot: Snapshot) -> List[Target]:
     return found
 
 
-def slicing_mode(device: Device) -> str:
-    """MIG partitioning only, with the values of the Agent's own gpu check (its MIG instances are
-    `mig`), so that one `gpu_slicing_mode` filter selects the same GPUs in both."""
-    return "mig-parent" if device.mig_enabled else "none"
-
-
 def runs_compute(device: Device) -> bool:
     processes = device.processes + [p for i in device.mig_instances for p in i.processes]
     return any(p.kind == "compute" for p in processes)

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..snapshot import Device, MigInstance, Process
+from .activity import measured_activity
 from .claims import Claimed, ClaimRef, Claims
-from .fleet import measured_activity
 from .holders import Holder, HolderKey
 from .owners import ProcessOwners
 from .targets import Target, TargetKey, is_mps_server
