@@ -1,41 +1,24 @@
 """Attribution: who holds and uses each GPU, how it is shared, the fleet funnel and its cost.
 
 It reads a Snapshot (NVML, processes with their cgroup owners, pod-resources allocations)
-and the kubelet's pods, and never calls NVML or submits anything.
+and the kubelet's pods, and never calls NVML or submits anything. One pass, each stage once:
+targets (what can be held) → claims (who was given each, through device plugins or DRA) →
+owners (who runs each process) → workloads (each holder's share and use) → fleet (funnel, cost).
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..kube.pod_list import PodInfo
-from ..snapshot import Device, Process, Snapshot
-from .fleet import DeviceState, FunnelKey, device_state, funnel, hourly_price
-from .holders import Holder, HolderKey, PodDirectory, Tagger
-from .targets import TargetResolver, advertised, resolve_all
-from .workloads import (
-    Claims,
-    ProcessHolders,
-    TargetKey,
-    Targets,
-    Workload,
-    build_workloads,
-    claims_by_target,
-    is_mps_server,
-    sharing_modes,
-    slicing_mode,
-    targets_of,
-)
-
-ProcessOwners = Dict[Tuple[TargetKey, int], Holder]
+from ..snapshot import Device, Snapshot
+from .claims import Claimed, claims
+from .fleet import DeviceState, Fleet, FunnelKey, Settings, fleet
+from .holders import Holder, PodDirectory, Tagger
+from .owners import owners
+from .targets import TargetKey, targets
+from .workloads import Workload, Workloads, workloads
 
 __all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
-
-
-@dataclass
-class Settings:
-    effective_threshold: float = 50.0
-    hourly_price: Dict[str, float] = field(default_factory=dict)
-    default_hourly_price: Optional[float] = None
 
 
 @dataclass
@@ -64,82 +47,34 @@ class Attribution:
 
 def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Settings) -> Attribution:
     directory = PodDirectory(pods)
-    from_pod_resources = snapshot.allocations.source == "pod_resources"
-    # One resolver for both allocations and advertised IDs: most IDs are in both, resolved once.
-    resolver = TargetResolver(snapshot) if from_pod_resources else None
-    resolved, problems = resolve_all(resolver, snapshot, snapshot.allocations.items) if resolver else ([], [])
-    offer = advertised(resolver, snapshot) if resolver else None
-    claims = claims_by_target(resolved, directory, offer.replicas if offer else None)
-    held = {key[0] for key, c in claims.items() if c.holders}
-    views, workloads, process_holders = {}, [], {}
-    for device in snapshot.devices:
-        targets = targets_of(device)
-        # Each process's owner is looked up once: its own series and its workload both use it.
-        holders = [[directory.for_process(p) for p in processes] for _, _, processes in targets]
-        owners = _process_holders(targets, holders)
-        device_workloads = build_workloads(device, targets, holders, claims, from_pod_resources)
-        workloads += device_workloads
-        allocated = device.index in held if from_pod_resources else _runs_compute(device)
-        views[device.index] = DeviceView(
-            slicing_mode=slicing_mode(device),
-            state=device_state(device, allocated, settings.effective_threshold),
-            price=hourly_price(device.name, settings.hourly_price, settings.default_hourly_price),
-            holders=_exclusive_holders(targets, device_workloads, claims, owners),
-            sharing=sharing_modes(targets, claims),
-            # A GPU whose UUID NVML cannot tell matches no advertised ID: unknown, not refused.
-            offered=None if offer is None or not device.uuid else device.index in offer.devices,
-        )
-        process_holders.update(owners)
+    held = targets(snapshot)
+    claimed = claims(snapshot, held, directory)
+    owned = owners(held, directory)
+    found = workloads(held, claimed, owned)
+    node = fleet(snapshot.devices, claimed.allocated, claimed.allocatable, settings)
     return Attribution(
-        devices=views,
-        workloads=workloads,
-        process_holders=process_holders,
-        funnel=funnel(snapshot.devices, {i: v.state for i, v in views.items()}, _offered(views)),
-        allocations_from="pod_resources" if from_pod_resources else "processes",
-        problems=problems,
+        devices={d.index: _view(d, claimed, found, node) for d in snapshot.devices},
+        workloads=found.all,
+        process_holders=owned,
+        funnel=node.funnel,
+        allocations_from="pod_resources" if claimed.from_pod_resources else "processes",
+        problems=claimed.problems,
     )
 
 
-def _offered(views: Dict[int, DeviceView]) -> Optional[Dict[int, bool]]:
-    if any(view.offered is None for view in views.values()):
-        return None
-    return {index: bool(view.offered) for index, view in views.items()}
+def _view(device: Device, claimed: Claimed, found: Workloads, node: Fleet) -> DeviceView:
+    index = device.index
+    return DeviceView(
+        slicing_mode=_slicing_mode(device),
+        state=node.states[index],
+        price=node.prices[index],
+        holders=found.exclusive.get(index, {}),
+        sharing=claimed.sharing.get(index, {}),
+        offered=claimed.offered[index],
+    )
 
 
-def _runs_compute(device: Device) -> bool:
-    processes = device.processes + [p for i in device.mig_instances for p in i.processes]
-    return any(p.kind == "compute" for p in processes)
-
-
-def _exclusive_holders(
-    targets: Targets, workloads: List[Workload], claims: Dict[TargetKey, Claims], owners: ProcessOwners
-) -> Dict[TargetKey, Holder]:
-    """Targets held by exactly one container, not shared, whose processes have at most one owner
-    (the host counting as one): their device series carry the container's tags."""
-    sole: Dict[TargetKey, Optional[Holder]] = {}
-    for workload in workloads:
-        sole[workload.target] = None if workload.target in sole else workload.holder
-    # Workloads come in their targets' order, so walking the targets keeps the result's order.
-    exclusive = {}
-    for key, _, processes in targets:
-        holder = sole.get(key)
-        shared = claims.get(key) and claims[key].replicated
-        if holder is not None and not shared and len(_owners_of(key, processes, owners)) <= 1:
-            exclusive[key] = holder
-    return exclusive
-
-
-def _owners_of(key: TargetKey, processes: List[Process], owners: ProcessOwners) -> Set[HolderKey]:
-    """Who runs the target's processes, by their own cgroups; the MPS server serves its clients."""
-    host: HolderKey = ("host",)
-    return {owners[(key, p.pid)].key if (key, p.pid) in owners else host for p in processes if not is_mps_server(p)}
-
-
-def _process_holders(targets: Targets, holders: ProcessHolders) -> ProcessOwners:
-    """Each process's owner from its own cgroup, never from whoever holds its GPU."""
-    found = {}
-    for (key, _instance, processes), owners in zip(targets, holders):
-        for process, holder in zip(processes, owners):
-            if holder is not None:
-                found[(key, process.pid)] = holder
-    return found
+def _slicing_mode(device: Device) -> str:
+    """MIG partitioning only, with the values of the Agent's own gpu check (its MIG instances are
+    `mig`), so that one `gpu_slicing_mode` filter selects the same GPUs in both."""
+    return "mig-parent" if device.mig_enabled else "none"

@@ -1,16 +1,20 @@
 """The fleet funnel (total → allocated → active → effective) and what GPUs and their idle time cost."""
 
 import fnmatch
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
 
-from ..snapshot import Device, MigInstance
+from ..snapshot import Device
+from .activity import ACTIVITY_METRICS, UTILIZATION, activity_level
 
-# What a GPU's activity is judged by, best first: SM activity, then graphics-engine activity (all
-# dcgm-exporter's default counters give), from GPM or DCGM; utilization.gpu where neither answers.
-ACTIVITY_METRICS = ("sm_active", "graphics_active")
-UTILIZATION = "utilization"
 FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
+
+
+@dataclass
+class Settings:
+    effective_threshold: float = 50.0
+    hourly_price: Dict[str, float] = field(default_factory=dict)
+    default_hourly_price: Optional[float] = None
 
 
 @dataclass
@@ -19,6 +23,21 @@ class DeviceState:
     active: bool
     effective: bool
     basis: str = UTILIZATION  # who measured the activity `effective` rests on: gpm | dcgm | utilization
+
+
+@dataclass
+class Fleet:
+    states: Dict[int, DeviceState]
+    prices: Dict[int, Optional[float]]  # US$ per hour of each GPU, where configured
+    funnel: Dict[FunnelKey, Dict[str, int]]  # counts by (GPU model, activity basis)
+
+
+def fleet(
+    devices: List[Device], allocated: Set[int], allocatable: Optional[Dict[int, bool]], settings: Settings
+) -> Fleet:
+    states = {d.index: device_state(d, d.index in allocated, settings.effective_threshold) for d in devices}
+    prices = {d.index: hourly_price(d.name, settings.hourly_price, settings.default_hourly_price) for d in devices}
+    return Fleet(states, prices, funnel(devices, states, allocatable))
 
 
 def busy(device: Device) -> bool:
@@ -33,28 +52,6 @@ def busy(device: Device) -> bool:
     if measured:
         return any(s > 0 for s in measured)
     return any(p.kind == "compute" for p in processes)
-
-
-def measured_activity(target: Union[Device, MigInstance]) -> Optional[Tuple[float, str]]:
-    """A GPU's or MIG instance's own SM activity, else its graphics-engine activity, with who measured
-    it; None where neither GPM nor DCGM did."""
-    for name in ACTIVITY_METRICS:
-        if name in target.metrics:
-            # A snapshot from a sidecar older than `activity_source` had these from GPM only.
-            return target.metrics[name], target.activity_source or "gpm"
-    return None
-
-
-def activity_level(device: Device) -> Tuple[Optional[float], str]:
-    """The activity `effective` compares with the threshold, and its basis: the GPU's SM activity
-    (the busiest MIG instance's on a MIG GPU), then its graphics-engine activity, else utilization.gpu."""
-    for name in ACTIVITY_METRICS:
-        if name in device.metrics:
-            return device.metrics[name], device.activity_source or "gpm"
-        instances = [measured_activity(i) for i in device.mig_instances if name in i.metrics]
-        if instances:
-            return max(instances)
-    return device.metrics.get("utilization.gpu"), UTILIZATION
 
 
 def device_state(device: Device, allocated: bool, threshold: float) -> DeviceState:

@@ -56,6 +56,11 @@ class PodDirectory:
         known = self._by_name.get((namespace, pod))
         return bool(known and known.terminal)
 
+    def controller_kind(self, namespace: str, pod: str) -> Optional[str]:
+        """What controls the pod (`DaemonSet`, `ReplicaSet`...); None for a bare pod or one the kubelet did not list."""
+        known = self._by_name.get((namespace, pod))
+        return known.controller_kind if known else None
+
     def for_allocation(self, allocation: Allocation) -> Holder:
         key = ("pod", allocation.namespace, allocation.pod, allocation.container)
         pod = self._by_name.get((allocation.namespace, allocation.pod))

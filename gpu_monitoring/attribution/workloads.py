@@ -4,16 +4,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..snapshot import Allocation, Device, MigInstance, Process
-from .fleet import measured_activity
-from .holders import Holder, HolderKey, PodDirectory
-from .targets import Target
+from ..snapshot import Device, MigInstance, Process
+from .activity import measured_activity
+from .claims import Claimed, ClaimRef, Claims
+from .holders import Holder, HolderKey
+from .owners import ProcessOwners
+from .targets import Target, TargetKey, is_mps_server
 
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SLICES = re.compile(r"^(\d+)g\.")
-TargetKey = Tuple[int, Optional[str]]  # (GPU index, MIG instance UUID or None)
-Targets = List[Tuple[TargetKey, Optional[MigInstance], List[Process]]]
-ProcessHolders = List[List[Optional[Holder]]]  # per target, each process's owner (None: no container)
 
 
 @dataclass
@@ -25,99 +24,61 @@ class Workload:
     sm_utilization: Optional[float]
     sm_limit: Optional[float]
     idle: bool
+    dra_claims: List[ClaimRef] = field(default_factory=list)  # the DRA claims the holder holds the target by
 
 
 @dataclass
-class Claims:
-    """Who holds one target through pod-resources, and which shared replicas they hold."""
-
-    holders: Dict[HolderKey, Holder] = field(default_factory=dict)
-    replicas: Dict[HolderKey, Set[int]] = field(default_factory=dict)
-    shared_resource: bool = False
-    advertised: Optional[int] = None  # replicas the device plugin advertises, held or free
-
-    def add(self, holder: Holder, allocation: Allocation, replica: Optional[int]) -> None:
-        self.holders.setdefault(holder.key, holder)
-        if replica is not None:
-            self.replicas.setdefault(holder.key, set()).add(replica)
-        self.shared_resource |= allocation.resource_name.endswith(".shared")
-
-    @property
-    def replicated(self) -> bool:
-        return bool(self.replicas) or self.shared_resource
-
-    def replica_count(self) -> int:
-        """What the device plugin advertises; without that, replica IDs run 0..N-1, so the highest
-        one held bounds N from below (and overstates shares while replicas are free)."""
-        held = [r for ids in self.replicas.values() for r in ids]
-        if self.advertised:
-            return max(self.advertised, len(held), len(self.holders))
-        return max(len(held), max(held, default=-1) + 1, len(self.holders))
-
-    def share(self, key: HolderKey) -> float:
-        if not self.replicated:
-            return 1.0 / len(self.holders)
-        return max(1, len(self.replicas.get(key, ()))) / self.replica_count()
+class Workloads:
+    all: List[Workload]
+    exclusive: Dict[int, Dict[TargetKey, Holder]]  # per GPU: targets one container holds alone, unshared
 
 
-def claims_by_target(
-    resolved: List[Tuple[Allocation, Target]],
-    directory: PodDirectory,
-    advertised: Optional[Dict[TargetKey, int]] = None,
-) -> Dict[TargetKey, Claims]:
-    """Who holds each target; `advertised` (replicas per target) sets how finely a shared one is cut."""
-    claims: Dict[TargetKey, Claims] = {}
-    for allocation, target in resolved:
-        if directory.is_terminal(allocation.namespace, allocation.pod):
-            continue  # pod-resources can list a finished pod until the kubelet garbage-collects it
-        key = (target.device_index, target.mig_uuid)
-        found = claims.setdefault(key, Claims(advertised=(advertised or {}).get(key)))
-        found.add(directory.for_allocation(allocation), allocation, target.replica)
-    return claims
+def workloads(held: List[Target], claimed: Claimed, owners: ProcessOwners) -> Workloads:
+    found: List[Workload] = []
+    for target in held:
+        found += _target_workloads(target, claimed.targets.get(target.key) or Claims(), owners,
+                                   claimed.from_pod_resources)
+    return Workloads(found, _exclusive_holders(held, found, claimed.targets, owners))
 
 
-def targets_of(device: Device) -> Targets:
-    if device.mig_instances:
-        return [((device.index, m.uuid), m, m.processes) for m in device.mig_instances]
-    return [((device.index, None), None, device.processes)]
+def _target_workloads(target: Target, claims: Claims, owners: ProcessOwners, on_kubernetes: bool) -> List[Workload]:
+    users = _adopt(_users(target, owners), claims)
+    holders = dict(claims.holders)
+    for holder_key, (holder, _) in users.items():
+        holders.setdefault(holder_key, holder)
+    fraction = _instance_fraction(target.device, target.instance)
+    activity = measured_activity(target.instance or target.device)
+    found = []
+    for holder_key, holder in holders.items():
+        share = _share(claims, holder_key, len(holders), on_kubernetes)
+        processes = users.get(holder_key, (holder, []))[1]
+        found.append(_workload(target.key, holder, share * fraction, processes, activity and activity[0],
+                               claims.claims_of(holder_key)))
+    return found
 
 
-def slicing_mode(device: Device) -> str:
-    """MIG partitioning only, with the values of the Agent's own gpu check (its MIG instances are
-    `mig`), so that one `gpu_slicing_mode` filter selects the same GPUs in both."""
-    return "mig-parent" if device.mig_enabled else "none"
+def _exclusive_holders(
+    held: List[Target], found: List[Workload], claims: Dict[TargetKey, Claims], owners: ProcessOwners
+) -> Dict[int, Dict[TargetKey, Holder]]:
+    """Targets held by exactly one container, not shared, whose processes have at most one owner
+    (the host counting as one): their device series carry the container's tags."""
+    sole: Dict[TargetKey, Optional[Holder]] = {}
+    for workload in found:
+        sole[workload.target] = None if workload.target in sole else workload.holder
+    exclusive: Dict[int, Dict[TargetKey, Holder]] = {}
+    for target in held:
+        holder = sole.get(target.key)
+        shared = claims.get(target.key) and claims[target.key].replicated
+        if holder is not None and not shared and len(_owners_of(target, owners)) <= 1:
+            exclusive.setdefault(target.key[0], {})[target.key] = holder
+    return exclusive
 
 
-def sharing_modes(targets: Targets, claims: Dict[TargetKey, Claims]) -> Dict[TargetKey, str]:
-    """How each GPU or MIG instance is shared between containers: the Agent's check has no tag for
-    this, so it is a tag of its own rather than more values of `gpu_slicing_mode`."""
-    return {key: _sharing_mode(processes, claims.get(key)) for key, _, processes in targets}
-
-
-def _sharing_mode(processes: List[Process], claims: Optional[Claims]) -> str:
-    if any(p.kind == "mps" or is_mps_server(p) for p in processes):
-        return "mps"
-    return "time_slicing" if claims and claims.replicated else "none"
-
-
-def build_workloads(
-    device: Device, targets: Targets, owners: ProcessHolders, claims: Dict[TargetKey, Claims], on_kubernetes: bool
-) -> List[Workload]:
-    """`owners` are the owners of the targets' processes, in the order of `targets_of(device)`."""
-    workloads = []
-    for (key, instance, processes), process_owners in zip(targets, owners):
-        target_claims = claims.get(key) or Claims()
-        users = _adopt(_users(processes, process_owners), target_claims)
-        holders = dict(target_claims.holders)
-        for holder_key, (holder, _) in users.items():
-            holders.setdefault(holder_key, holder)
-        fraction = _instance_fraction(device, instance)
-        activity = measured_activity(instance or device)
-        for holder_key, holder in holders.items():
-            share = _share(target_claims, holder_key, len(holders), on_kubernetes)
-            processes = users.get(holder_key, (holder, []))[1]
-            workloads.append(_workload(key, holder, share * fraction, processes, activity and activity[0]))
-    return workloads
+def _owners_of(target: Target, owners: ProcessOwners) -> Set[HolderKey]:
+    """Who runs the target's processes, by their own cgroups; the MPS server serves its clients."""
+    host: HolderKey = ("host",)
+    return {owners[(target.key, p.pid)].key if (target.key, p.pid) in owners else host
+            for p in target.processes if not is_mps_server(p)}
 
 
 def _adopt(users: Dict[HolderKey, Tuple[Holder, List[Process]]], claims: Claims) -> Dict:
@@ -145,21 +106,23 @@ def _share(claims: Claims, key: HolderKey, holders: int, on_kubernetes: bool) ->
     return 1.0 / holders
 
 
-def is_mps_server(process: Process) -> bool:
-    return (process.name or "").startswith("nvidia-cuda-mps")
-
-
-def _users(processes: List[Process], owners: List[Optional[Holder]]) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
+def _users(target: Target, owners: ProcessOwners) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
     """Containers running processes on a target; the MPS server works for its clients, not as a workload."""
     users: Dict[HolderKey, Tuple[Holder, List[Process]]] = {}
-    for process, holder in zip(processes, owners):
+    for process in target.processes:
+        holder = owners.get((target.key, process.pid))
         if holder is not None and not is_mps_server(process):
             users.setdefault(holder.key, (holder, []))[1].append(process)
     return users
 
 
 def _workload(
-    target: TargetKey, holder: Holder, gpus: float, processes: List[Process], activity: Optional[float]
+    target: TargetKey,
+    holder: Holder,
+    gpus: float,
+    processes: List[Process],
+    activity: Optional[float],
+    dra_claims: List[ClaimRef],
 ) -> Workload:
     """`activity`: the target's SM (else graphics-engine) activity where GPM or DCGM measured it."""
     sm_known = [p.sm_utilization for p in processes if p.sm_utilization is not None]
@@ -177,6 +140,7 @@ def _workload(
         # where NVML samples it, and by the target's activity where it is measured (a MIG instance's
         # processes have no samples of their own; a process can sit on a GPU that does nothing).
         idle=not processes or (sm is not None and sm == 0) or activity == 0,
+        dra_claims=dra_claims,
     )
 
 

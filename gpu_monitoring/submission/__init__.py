@@ -12,7 +12,7 @@ from ..health import Health
 from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
 from ..snapshot import Device, MigInstance, Process, Snapshot
 from .events import submit_xids
-from .tags import HolderTags, device_name, device_tags, merge, mig_tags, process_tags
+from .tags import HolderTags, claim_tags, device_name, device_tags, merge, mig_tags, process_tags
 
 HEALTH_CHECK = "device.health"
 PROCESS_METRICS = {
@@ -127,7 +127,8 @@ class Submitter:
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
         for workload in attribution.workloads:
-            tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder))
+            tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder),
+                         claim_tags(workload.dra_claims))
             values = {
                 "workload.gpus": workload.gpus,
                 "workload.memory.used": workload.memory_used,

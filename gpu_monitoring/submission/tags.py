@@ -105,6 +105,14 @@ def process_tags(process: Process, target_tags: List[str], holder_tags: Sequence
     return merge(target_tags, own, holder_tags)
 
 
+def claim_tags(claims: Iterable[Tuple[str, str]]) -> List[str]:
+    """The DRA ResourceClaims, as (namespace, name), a workload holds its GPU or MIG instance by."""
+    tags: List[str] = []
+    for namespace, name in claims:
+        tags += [f"dra_claim_name:{name}", f"dra_claim_namespace:{namespace}"]
+    return tags
+
+
 class HolderTags:
     """The tags of the containers and Slurm jobs that hold or use GPUs, for one run: one container's
     series (its GPU's, each of its processes', its workload's) ask for them several times, and each
