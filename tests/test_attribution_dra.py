@@ -179,7 +179,7 @@ faults:
 def test_mig_devices_by_both_naming_schemes(a100):
     minor = {i: d.minor_number for i, d in a100.devices.items()}
     found = a100.attribute([
-        claim("ml", "train-large", "trainer", f"gpu-{minor[0]}-mig-3g40gb-9-0"),
+        claim("ml", "train-large", "trainer", f"gpu-{minor[0]}-mig-3g40gb-9-4"),
         claim("ml", "whole-gpu-job", "job", f"gpu-{minor[3]}-mig-0-0-8"),  # the older scheme
     ])
     assert found.problems == []
@@ -192,16 +192,34 @@ def test_mig_devices_by_both_naming_schemes(a100):
     assert {i for i, view in found.devices.items() if view.state.allocated} == {0, 3}
 
 
-def test_a_mig_name_that_fits_several_instances_is_reported(a100):
+def test_a_mig_name_picks_its_instance_by_placement_among_several_of_one_profile(a100):
+    minor = {i: d.minor_number for i, d in a100.devices.items()}
+    found = a100.attribute([claim("research", "notebook-carol", "notebook", f"gpu-{minor[1]}-mig-1g10gb-19-3"),
+                            claim("ml", "train-small", "trainer", f"gpu-{minor[0]}-mig-19-2-1")])
+    assert found.problems == []
+    gi = {m.uuid: m.gpu_instance_id for d in a100.devices.values() for m in d.mig_instances}
+    held = {(key[0], gi[key[1]], pod) for (key, pod), gpus in shares(found).items() if key[1] and gpus}
+    # a100-mig's GPU 1 has seven 1g.10gb instances, GI 7-13 at slices 0-6; GPU 0 two, GI 9 and 10 at 2 and 3.
+    assert held == {(1, 10, "notebook-carol"), (0, 9, "train-small")}
+
+
+def test_a_mig_name_where_no_instance_is_placed_is_reported(a100):
     minor0 = a100.devices[0].minor_number
-    found = a100.attribute([claim("research", "notebook-carol", "notebook", f"gpu-{minor0}-mig-1g10gb-19-6"),
-                            claim("ml", "train-small", "trainer", f"gpu-{minor0}-mig-14-4-2")])
-    assert len(found.problems) == 2
-    assert "research/notebook-carol/notebook (claim research/notebook-carol-gpus): device " \
-           f"gpu-{minor0}-mig-1g10gb-19-6 names a MIG device of profile 1g10gb" in found.problems[0]
-    assert "2 such instances" in found.problems[0]
-    assert "4 such instances" in found.problems[1]
+    found = a100.attribute([claim("research", "notebook-carol", "notebook", f"gpu-{minor0}-mig-1g10gb-19-6")])
+    assert found.problems == [
+        "research/notebook-carol/notebook (claim research/notebook-carol-gpus): device "
+        f"gpu-{minor0}-mig-1g10gb-19-6 names GI profile 19 at slice 6 of GPU 0, where no MIG instance is"
+    ]
     assert not any(view.state.allocated for view in found.devices.values())
+
+
+def test_a_mig_name_on_a_gpu_whose_placements_nvml_did_not_tell_is_reported(a100):
+    for instance in a100.devices[1].mig_instances:
+        instance.gpu_instance_profile_id = instance.placement_start = instance.placement_size = None
+    minor1 = a100.devices[1].minor_number
+    found = a100.attribute([claim("research", "notebook-carol", "notebook", f"gpu-{minor1}-mig-1g10gb-19-3")])
+    (problem,) = found.problems
+    assert "NVML did not tell the placement of 7 MIG instance(s) of GPU 1" in problem
 
 
 def test_two_claims_on_one_gpu_share_it(dgx):

@@ -76,16 +76,23 @@ class Places:
 
 
 def _mig_instance(device: Device, ref: DraDeviceRef) -> MigInstance:
-    """The MIG instance a DRA name picks on its GPU. A snapshot's instance tells its profile name but
-    not its GI profile ID or placement: the name picks the one instance of its profile, and a name of
-    the older scheme (which has no profile name) the GPU's one instance."""
-    candidates = [m for m in device.mig_instances
-                  if ref.profile is None or (m.profile and profile_in_name(m.profile) == ref.profile)]
-    if len(candidates) == 1:
-        return candidates[0]
-    named = f"profile {ref.profile}" if ref.profile else f"GI profile {ref.profile_id}"
-    if not candidates:
-        raise ValueError(f"device {ref.raw} names a MIG device of {named} on GPU {device.index}, which has none")
-    raise ValueError(f"device {ref.raw} names a MIG device of {named} at placement {ref.placement_start} on "
-                     f"GPU {device.index}, which has {len(candidates)} such instances: NVML's placements are "
-                     "not read, so which one it is cannot be told")
+    """The MIG instance a DRA name picks on its GPU: the one whose GPU instance NVML places where the
+    name says (profile ID and start; the size too in the older scheme, the profile name in the newer)."""
+    found = [m for m in device.mig_instances if _placed_as(m, ref)]
+    if len(found) == 1:
+        return found[0]
+    unread = [m for m in device.mig_instances if m.gpu_instance_profile_id is None or m.placement_start is None]
+    if unread:
+        raise ValueError(f"device {ref.raw}: NVML did not tell the placement of {len(unread)} MIG instance(s) "
+                         f"of GPU {device.index}, so which one it names cannot be told")
+    raise ValueError(f"device {ref.raw} names GI profile {ref.profile_id} at slice {ref.placement_start} of "
+                     f"GPU {device.index}, where no MIG instance is")
+
+
+def _placed_as(instance: MigInstance, ref: DraDeviceRef) -> bool:
+    return (
+        instance.gpu_instance_profile_id == ref.profile_id
+        and instance.placement_start == ref.placement_start
+        and ref.placement_size in (None, instance.placement_size)
+        and (ref.profile is None or (instance.profile is not None and profile_in_name(instance.profile) == ref.profile))
+    )
