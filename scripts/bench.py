@@ -8,7 +8,8 @@
    what a DCGM read (dcgm-exporter's page parsed and joined) adds to a run;
 3. a profile of steady-state runs, grouped by whose code each function is;
 4. scaling with GPUs, processes, pods and MIG instances; kubelet, pod-resources and /proc reads;
-5. memory over many runs in local and sidecar mode.
+5. memory over many runs in local and sidecar mode;
+6. a kubelet refresh on a full node (110 pods, 1.5 MB of /pods over HTTPS).
 
 Writes `PERFORMANCE.md` and `performance.png` into --out (docs/ by default). Exits 0 whatever
 the targets say: each is printed PASS or FAIL beside its figure.
@@ -37,6 +38,7 @@ from bench_support import (  # noqa: E402
     document,
     headline,
     hotspots,
+    kubelet_refresh,
     memory_report,
     plot,
     refresh,
@@ -90,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.monotonic()
     report = Report()
     with tempfile.TemporaryDirectory(prefix="gpu-monitoring-bench-") as tmp:
-        for build in (_calls, _cpu, _profile, _scaling, _memory):
+        for build in (_calls, _cpu, _profile, _scaling, _memory, _full_node):
             section_started = time.monotonic()
             section = build(args, Path(tmp), report)
             section.notes.append(f"(this section took {time.monotonic() - section_started:.1f} s)")
@@ -134,6 +136,10 @@ def _scaling(args: argparse.Namespace, directory: Path, report: Report) -> Secti
 def _memory(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     warm_up = min(MEMORY_WARM_UP, max(args.runs // 10, 1))
     return memory_report.section(measure_modes(args.runs, args.trace_runs, warm_up), report)
+
+
+def _full_node(_args: argparse.Namespace, _directory: Path, report: Report) -> Section:
+    return Section("6. A full node's kubelet", [kubelet_refresh.table(report)])
 
 
 def _write(args: argparse.Namespace, report: Report, elapsed: float) -> None:

@@ -84,6 +84,28 @@ def test_terminal_pods_are_flagged(kubelet):
     }
 
 
+def skipped_logged(caplog):
+    return [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+
+
+def test_a_bad_pod_costs_itself_alone_and_is_told_once_per_change(kubelet, caplog):
+    kube = client(kubelet)
+    kubelet.set_pods([TRAINER, {**FINISHED, "labels": {"team": 7}}, CRASHED])
+    for _ in range(3):
+        assert [p.name for p in kube.pods()] == ["trainer-0", "batch-2"]
+    assert skipped_logged(caplog) == [
+        "kubelet pod jobs/batch-1 is skipped: metadata.labels['team'] is an integer, not a string; "
+        "its GPUs are named from pod-resources alone"
+    ]
+    kubelet.set_pods([TRAINER, {**FINISHED, "phase": ["Succeeded"]}, CRASHED])
+    kube.pods()
+    kube.pods()
+    assert len(skipped_logged(caplog)) == 2 and "status.phase is an array" in skipped_logged(caplog)[1]
+    kubelet.set_pods([TRAINER, FINISHED, CRASHED])
+    assert [p.name for p in kube.pods()] == ["trainer-0", "batch-1", "batch-2"]
+    assert len(skipped_logged(caplog)) == 2
+
+
 def test_certificate_is_verified_by_default(kubelet):
     error = failure(client(kubelet, ca_path=None))
     assert error.status == CRITICAL

@@ -10,13 +10,12 @@ one deadline for the whole exchange, from connecting to the answer's last byte, 
 MAX_BODY_BYTES of the answer.
 """
 
-import json
 import logging
 import os
 import re
 import time
 from collections import deque
-from typing import Deque, List, Optional, Tuple
+from typing import Deque, List, Optional, Set, Tuple
 
 import requests
 import urllib3
@@ -25,7 +24,8 @@ from ..bounded import MIB, Deadline, ReadLimitExceeded
 from ..http_get import bounded_get, http_wrapper, reason_of
 from ..service_checks import Status
 from . import DEFAULT_TTL
-from .pod_list import PodInfo, parse_pod_list
+from .pod_list import PodInfo
+from .pod_list_reader import PodListReader
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ class KubeletClient:
     error again without asking, so a kubelet that is down is asked once per TTL rather than
     once per check run, and no earlier answer is ever passed off as current.
 
+    A pod with a field of the wrong type is left out of the list, with one log line while it stays
+    so; only an answer that is no pod list at all fails the read.
+
     `requests` counts the requests sent, a retry after a 401 included.
     """
 
@@ -87,6 +90,8 @@ class KubeletClient:
         self._pods: List[PodInfo] = []
         self._error: Optional[KubeletError] = None
         self._http = http_wrapper(tls_verify, self.ca_path)
+        self._reader = PodListReader()
+        self._skipped: Set[str] = set()
 
     def pods(self) -> List[PodInfo]:
         now = time.monotonic()
@@ -229,13 +234,21 @@ class KubeletClient:
 
     def _parse(self, body: bytes) -> List[PodInfo]:
         try:
-            return parse_pod_list(json.loads(body))
+            pods, skipped = self._reader.read(body)
         except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past Python's stack
             raise KubeletError(
                 Status.CRITICAL,
                 f"kubelet at {self.url} did not send a valid pod list ({e}); "
                 "check that kubelet_url is the kubelet's /pods",
             ) from e
+        self._tell_skipped(set(skipped))
+        return pods
+
+    def _tell_skipped(self, skipped: Set[str]) -> None:
+        """Each skipped pod's reason once while it stays the same, not every refresh."""
+        for reason in sorted(skipped - self._skipped):
+            log.warning("%s; its GPUs are named from pod-resources alone", self._scrub(reason))
+        self._skipped = skipped
 
 
 def _token_problem(raw: bytes) -> Optional[str]:

@@ -1,8 +1,9 @@
 """What the kubelet's `/pods` says about this node's pods and containers, validated where it enters:
-a field of the wrong type is a ValueError naming it, never a failure far from here."""
+a field of the wrong type costs its pod, named with the field, never the list nor a failure far
+from here."""
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..snapshot import json_typed
 
@@ -46,32 +47,54 @@ class PodInfo:
         return self.phase in TERMINAL_PHASES
 
 
-
 def parse_pod_list(payload: Any) -> List[PodInfo]:
-    """PodInfo for every pod in a `/pods` answer; ValueError, naming the first wrong field, when it is
-    not a pod list (a field of the wrong type included: it would fail far from here otherwise)."""
-    items = _required(json_typed(dict, payload, "the answer"), "items", list, "the answer")
-    return [_pod(item, f"items[{i}]") for i, item in enumerate(items)]
+    """PodInfo for every pod of a `/pods` answer that reads as one (`read_pod` says why another does
+    not); ValueError when the answer is no pod list at all."""
+    pods = (read_pod(item, i) for i, item in enumerate(pod_list_items(payload)))
+    return [pod for pod in pods if isinstance(pod, PodInfo)]
 
 
-def _pod(item: Any, where: str) -> PodInfo:
-    item = json_typed(dict, item, where)
-    metadata = _required(item, "metadata", dict, where)
-    spec = _optional(item, "spec", dict, where, {})
-    status = _optional(item, "status", dict, where, {})
-    ids = _container_ids(_optional(status, "containerStatuses", list, f"{where}.status", []), f"{where}.status")
-    containers = _optional(spec, "containers", list, f"{where}.spec", [])
+def pod_list_items(payload: Any) -> List[Any]:
+    """The answer's `items`; ValueError when it is not an object with an `items` array."""
+    return _required(json_typed(dict, payload, "the answer"), "items", list, "the answer")
+
+
+def read_pod(item: Any, index: int) -> Union[PodInfo, str]:
+    """The pod `items[index]` describes, or why it is skipped: the pod (its namespace/name, else its
+    index) and the field of the wrong type."""
+    try:
+        return _pod(json_typed(dict, item, "it"))
+    except ValueError as e:
+        return f"kubelet pod {_label(item, index)} is skipped: {e}"
+
+
+def _label(item: Any, index: int) -> str:
+    """namespace/name when the item has them as strings, else its place in the list."""
+    metadata = item.get("metadata") if isinstance(item, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str):
+        return f"items[{index}]"
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{name}" if isinstance(namespace, str) else name
+
+
+def _pod(item: Dict[str, Any]) -> PodInfo:
+    metadata = _required(item, "metadata", dict, "")
+    spec = _optional(item, "spec", dict, "", {})
+    status = _optional(item, "status", dict, "", {})
+    ids = _container_ids(_optional(status, "containerStatuses", list, "status", []), "status")
+    containers = _optional(spec, "containers", list, "spec", [])
     return PodInfo(
-        uid=_required(metadata, "uid", str, f"{where}.metadata"),
-        name=_required(metadata, "name", str, f"{where}.metadata"),
-        namespace=_optional(metadata, "namespace", str, f"{where}.metadata", ""),
-        phase=_optional(status, "phase", str, f"{where}.status", "Unknown"),
-        containers=[_container(c, f"{where}.spec.containers[{i}]", ids) for i, c in enumerate(containers)],
-        labels=_strings(_optional(metadata, "labels", dict, f"{where}.metadata", {}), f"{where}.metadata.labels"),
-        pod_ip=_optional(status, "podIP", str, f"{where}.status", None),
-        ready=_ready(_optional(status, "conditions", list, f"{where}.status", []), f"{where}.status.conditions"),
+        uid=_required(metadata, "uid", str, "metadata"),
+        name=_required(metadata, "name", str, "metadata"),
+        namespace=_optional(metadata, "namespace", str, "metadata", ""),
+        phase=_optional(status, "phase", str, "status", "Unknown"),
+        containers=[_container(c, f"spec.containers[{i}]", ids) for i, c in enumerate(containers)],
+        labels=_strings(_optional(metadata, "labels", dict, "metadata", {}), "metadata.labels"),
+        pod_ip=_optional(status, "podIP", str, "status", None),
+        ready=_ready(_optional(status, "conditions", list, "status", []), "status.conditions"),
         controller_kind=_controller_kind(
-            _optional(metadata, "ownerReferences", list, f"{where}.metadata", []), f"{where}.metadata.ownerReferences"
+            _optional(metadata, "ownerReferences", list, "metadata", []), "metadata.ownerReferences"
         ),
     )
 
@@ -147,13 +170,18 @@ def _env(entries: List[Any], where: str) -> Dict[str, str]:
 
 def _required(parent: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
     if parent.get(key) is None:
-        raise ValueError(f"{where} has no `{key}`")
-    return json_typed(kind, parent[key], f"{where}.{key}")
+        raise ValueError(f"{where} has no `{key}`" if where else f"it has no `{key}`")
+    return json_typed(kind, parent[key], _at(where, key))
 
 
 def _optional(parent: Mapping[str, Any], key: str, kind: Any, where: str, default: Any) -> Any:
     value = parent.get(key)
-    return default if value is None else json_typed(kind, value, f"{where}.{key}")
+    return default if value is None else json_typed(kind, value, _at(where, key))
+
+
+def _at(where: str, key: str) -> str:
+    """The field's path from the pod (or from the answer, for `items`)."""
+    return f"{where}.{key}" if where else key
 
 
 def _strip_runtime(container_id: Optional[str]) -> Optional[str]:

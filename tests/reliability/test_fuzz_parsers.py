@@ -20,6 +20,7 @@ from gpu_monitoring.config_models.instance import InstanceConfig as InstanceMode
 from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
+from gpu_monitoring.kube.pod_list_reader import PodListReader
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
 from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
 from gpu_monitoring.settings import CheckSettings
@@ -271,7 +272,32 @@ def test_parse_pod_list_of_anything_is_pods_or_value_error(payload):
 @fuzz(PARSER_EXAMPLES)
 @given(st.data(), POD_LISTS)
 def test_parse_pod_list_of_a_damaged_list_is_pods_or_value_error(data, pods):
-    _parse_pods(mutated(data, pods))
+    damaged = mutated(data, pods)
+    parsed = _parse_pods(damaged)
+    if parsed is not None:
+        # A damaged pod costs itself alone: every pod the damage left as it was is read.
+        intact = [item for item in damaged["items"] if item in pods["items"]]
+        assert {i["metadata"]["uid"] for i in intact} <= {p.uid for p in parsed}
+
+
+def _read(reader, document, separators):
+    try:
+        return reader.read(json.dumps(document, separators=separators).encode())[0]
+    except ValueError:
+        return ValueError
+
+
+@fuzz(PARSER_EXAMPLES)
+@given(st.data(), POD_LISTS, st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_reading_answers_pod_by_pod_is_reading_them_whole(data, pods, separators):
+    reader = PodListReader()
+    assert _read(reader, pods, separators) == parse_pod_list(pods)
+    damaged = mutated(data, pods)
+    try:
+        expected = parse_pod_list(json.loads(json.dumps(damaged)))
+    except ValueError:
+        expected = ValueError
+    assert _read(reader, damaged, separators) == expected
 
 
 @fuzz(PARSER_EXAMPLES)

@@ -306,9 +306,14 @@ def test_a_kubelet_client_with_an_impossible_timeout_fails_every_read(token_file
     assert peer.authorizations == []
 
 
+OTHER_POD = {"uid": "u-2", "name": "server-1", "namespace": "web",
+             "containers": [{"name": "web", "container_id": "d4e5"}]}
+
+
 def wrong(path: tuple, value) -> dict:
-    """The simulated pod list with the value at `path` (keys and list indexes) replaced."""
-    document = pod_list([{**POD, "containers": [{**POD["containers"][0], "env": {"A": "1"}}]}])
+    """The simulated pod list (a pod that will be damaged, then a good one) with the value at `path`
+    (keys and list indexes) replaced."""
+    document = pod_list([{**POD, "containers": [{**POD["containers"][0], "env": {"A": "1"}}]}, OTHER_POD])
     *parents, last = path
     target = document
     for key in parents:
@@ -319,25 +324,28 @@ def wrong(path: tuple, value) -> dict:
 
 POD_0 = ("items", 0)
 CONTAINER_0 = (*POD_0, "spec", "containers", 0)
-MALFORMED_PODS = [
-    ((), {"pods": []}, "no `items`"),
-    (POD_0, "pod", "items[0] is a string, not an object"),
-    ((*POD_0, "metadata", "uid"), 7, "items[0].metadata.uid is an integer, not a string"),
-    ((*POD_0, "metadata", "name"), ["a"], "items[0].metadata.name is an array"),
-    ((*POD_0, "metadata", "namespace"), {"ns": 1}, "items[0].metadata.namespace is an object"),
-    ((*POD_0, "status", "phase"), True, "items[0].status.phase is a boolean"),
-    ((*POD_0, "spec", "containers"), {"name": "x"}, "items[0].spec.containers is an object, not an array"),
-    ((*CONTAINER_0, "name"), None, "items[0].spec.containers[0] has no `name`"),
-    ((*CONTAINER_0, "env", 0, "value"), 1, "items[0].spec.containers[0].env[0].value is an integer"),
+NOT_POD_LISTS = [
+    ({"pods": []}, "the answer has no `items`"),
+    (["items"], "the answer is an array, not an object"),
+    ({"items": {"a": 1}}, "the answer.items is an object, not an array"),
+]
+BAD_PODS = [
+    (POD_0, "pod", "pod items[0] is skipped: it is a string, not an object"),
+    ((*POD_0, "metadata", "uid"), 7, "pod ml/trainer-0 is skipped: metadata.uid is an integer, not a string"),
+    ((*POD_0, "metadata", "name"), ["a"], "pod items[0] is skipped: metadata.name is an array"),
+    ((*POD_0, "metadata", "namespace"), {"ns": 1}, "pod trainer-0 is skipped: metadata.namespace is an object"),
+    ((*POD_0, "status", "phase"), True, "pod ml/trainer-0 is skipped: status.phase is a boolean"),
+    ((*POD_0, "spec", "containers"), {"name": "x"}, "spec.containers is an object, not an array"),
+    ((*CONTAINER_0, "name"), None, "pod ml/trainer-0 is skipped: spec.containers[0] has no `name`"),
+    ((*CONTAINER_0, "env", 0, "value"), 1, "spec.containers[0].env[0].value is an integer"),
     ((*CONTAINER_0, "resources", "limits"), ["nvidia.com/gpu"], "limits is an array"),
     ((*CONTAINER_0, "resources", "limits", "nvidia.com/gpu"), {"x": 1}, "limits['nvidia.com/gpu'] is an object"),
     ((*POD_0, "status", "containerStatuses", 0, "containerID"), 5, "containerStatuses[0].containerID is an integer"),
 ]
 
 
-@pytest.mark.parametrize("path, value, reason", MALFORMED_PODS, ids=[m[2] for m in MALFORMED_PODS])
-def test_a_pod_list_with_a_wrong_type_is_a_reason_not_an_exception(token_file, path, value, reason):
-    document = wrong(path, value) if path else value
+@pytest.mark.parametrize("document, reason", NOT_POD_LISTS, ids=[m[1] for m in NOT_POD_LISTS])
+def test_an_answer_that_is_no_pod_list_is_a_reason_not_an_exception(token_file, document, reason):
     with Peer(json_answer(document)) as peer:
         kube = kubelet_client(peer, token_file, ttl=3600)
         for _ in range(2):
@@ -347,13 +355,24 @@ def test_a_pod_list_with_a_wrong_type_is_a_reason_not_an_exception(token_file, p
     assert len(peer.authorizations) == 1
 
 
+@pytest.mark.parametrize("path, value, reason", BAD_PODS, ids=[m[2] for m in BAD_PODS])
+def test_a_pod_with_a_wrong_type_costs_that_pod_alone(token_file, caplog, path, value, reason):
+    with Peer(json_answer(wrong(path, value))) as peer:
+        kube = kubelet_client(peer, token_file)
+        for _ in range(3):
+            assert [pod.name for pod in kube.pods()] == ["server-1"]
+    told = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+    assert len(told) == 1 and reason in told[0], told
+    assert len(peer.authorizations) == 3
+
+
 def test_a_malformed_pod_list_leaves_the_rest_of_the_run_intact(node, token_file):
-    with Peer(json_answer(wrong((*POD_0, "metadata", "uid"), 7))) as peer:
+    with Peer(json_answer({"pods": []})) as peer:
         dgx = node("dgx-h100", kubelet_url=f"{peer.url}/pods", kubelet_tls_verify=False,
                    kubelet_token_path=token_file, pod_cache_ttl=3600)
         dgx.run(3)
     check = kubelet_check()
-    assert check.status == AgentCheck.CRITICAL and "items[0].metadata.uid is an integer" in check.message
+    assert check.status == AgentCheck.CRITICAL and "the answer has no `items`" in check.message
     assert funnel(dgx)["total"] == 8
     assert set(dgx.values("utilization.gpu")) == set(range(8))
 
