@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/gpu-monitoring check --simulate $(SCENARIO) --series
 
 # Agents ship protobuf 4.21 through 7.x: the Kubernetes attribution tests run under both ends, side by side.
-ATTRIBUTION_TESTS = tests/test_pod_resources.py tests/test_kubelet.py $(wildcard tests/test_attribution*.py)
+ATTRIBUTION_TESTS = $(wildcard tests/test_pod_resources*.py) tests/test_kubelet.py $(wildcard tests/test_attribution*.py)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--runs", "12", "--trace-runs", "4", "--rounds", "3", "--calls-runs", "2", "--scaling-runs", "2",
         "--profile-runs", "3", "--max-processes", "10", "--kube-ttl", "0.1", "--scenario", "t4-shared"]
 SECTIONS = ["1. NVML calls", "2. CPU per series against the submission floor", "3. Profile",
-            "4. Scaling", "5. Memory", "Targets"]
+            "4. Scaling", "5. Memory", "6. A full node's kubelet", "Targets"]
 
 
 @pytest.fixture(scope="module")
