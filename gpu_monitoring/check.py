@@ -149,6 +149,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def cancel(self) -> None:
         if self.source is not None:
             self.source.close()
+        if self.dcgm is not None:
+            self.dcgm.close()
         if self.simulated_node is not None:
             self.simulated_node.stop()
 
