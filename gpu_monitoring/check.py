@@ -12,6 +12,7 @@ from . import health
 from .attribution import Attribution, Settings, attribute
 from .config_models import ConfigMixin
 from .dcgm import DcgmReader
+from .dcgm.outcome import state_of
 from .deps import require
 from .kube.allocations import AllocationReader
 from .kube.kubelet import KubeletClient, KubeletError
@@ -149,6 +150,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def cancel(self) -> None:
         if self.source is not None:
             self.source.close()
+        if self.dcgm is not None:
+            self.dcgm.close()
         if self.simulated_node is not None:
             self.simulated_node.stop()
 
@@ -255,9 +258,13 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
                                     "DCGM activity is not read from dcgm-exporter: %s", "dcgm-exporter answers again")
 
     def _read_dcgm(self, snapshot: Snapshot, pods: Optional[List[PodInfo]]) -> None:
-        """DCGM's activity into the snapshot, in local and sidecar mode alike (finding the exporter
-        takes the kubelet's pods, which only the check reads); the service check only where an
-        exporter is configured or was found."""
+        """DCGM's activity into the snapshot; the service check only where an exporter is configured
+        or was found. A sidecar given --dcgm-exporter-url has read it already, and its snapshot says
+        how that went; otherwise the check reads it, in local and sidecar mode alike (finding the
+        exporter takes the kubelet's pods, which only the check reads)."""
+        if snapshot.dcgm_read is not None:
+            self._dcgm_check.send(*state_of(snapshot.dcgm_read))
+            return
         state = self.dcgm.enrich(snapshot, pods)
         if state is not None:
             self._dcgm_check.send(*state)

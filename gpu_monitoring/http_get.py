@@ -1,8 +1,8 @@
 """One HTTP GET that ends by a deadline and stops at a size bound, over a kept-alive connection.
 
-The kubelet's `/pods` and the node's dcgm-exporter are read this way: the Agent's HTTP wrapper
-(RequestsWrapper) with redirects refused and no proxy, the body streamed and read piece by piece
-(`bounded.read_bounded`), and a watchdog (`DeadlineWatch`) that ends the handshake and headers too.
+The kubelet's `/pods` is read this way: the Agent's HTTP wrapper (RequestsWrapper) with redirects
+refused and no proxy, the body streamed and read piece by piece (`bounded.read_bounded`), and a
+watchdog (`DeadlineWatch`) that ends the handshake and headers too.
 """
 
 import logging

@@ -19,6 +19,7 @@ SCHEMA_VERSION = 1
 EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|type_0x[0-9a-f]+")
 PROCESS_KIND = re.compile(r"compute|mps")
 ALLOCATIONS_SOURCE = re.compile(r"pod_resources|none|error")
+SERVICE_CHECK_STATUS = re.compile(r"ok|warning|critical")
 
 
 def _pattern(regex: "re.Pattern[str]", **options: Any) -> Any:
@@ -193,6 +194,15 @@ class Allocations:
 
 
 @dataclass
+class DcgmRead:
+    """How the sidecar's read of the node's dcgm-exporter went: the `dcgm.can_connect` status it
+    deserves (ok|warning|critical) and why."""
+
+    status: str = _pattern(SERVICE_CHECK_STATUS)
+    reason: Optional[str] = None
+
+
+@dataclass
 class Snapshot:
     timestamp: float
     node: Node
@@ -200,6 +210,9 @@ class Snapshot:
     events: List[Event] = field(default_factory=list)
     allocations: Allocations = field(default_factory=Allocations)
     version: int = SCHEMA_VERSION
+    # Where the sidecar read dcgm-exporter (its --dcgm-exporter-url) and put its activity into the
+    # devices: the check then reads it no more. None where it did not, or is older than this field.
+    dcgm_read: Optional[DcgmRead] = None
 
     def device_of(self, event: Event) -> Optional[Device]:
         """The GPU an event is about: the one with its UUID; else, among GPUs this snapshot could not name

@@ -2,6 +2,7 @@
 
     python scripts/bench.py [--runs N] [--scenario NAME ...] [--out DIR] [--json FILE]
     python scripts/bench.py --profile [SCENARIO]
+    python scripts/bench.py --dcgm
 
 1. NVML calls per GPU per steady-state run, by function;
 2. CPU per series against the submission floor, interleaved in one process, and field entries' cost;
@@ -78,6 +79,7 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every figure as JSON")
     parser.add_argument("--profile", nargs="?", const="dgx-h100", metavar="SCENARIO",
                         help="print only the profile of SCENARIO (default dgx-h100)")
+    parser.add_argument("--dcgm", action="store_true", help="print only the table of a DCGM read's CPU (section 2's)")
     args = parser.parse_args(argv)
     args.scenario = args.scenario or scenarios.headline()
     return args
@@ -88,6 +90,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     quiet_logs()
     if args.profile:
         print(text(hotspots.section(args.profile, args.profile_runs, args.rounds)))
+        return 0
+    if args.dcgm:
+        print(text(Section("DCGM read", [dcgm_read.table(args.rounds, Report())])))
         return 0
     started = time.monotonic()
     report = Report()

@@ -10,8 +10,10 @@ from typing import Iterable, Mapping, Optional, Tuple
 from gpu_monitoring.simulator.http_server import ThreadedServer
 
 PAGES = Path(__file__).parent / "data" / "dcgm"
-# ok | slow (answers after `delay`) | garbage (HTML) | oversized | redirect | error (HTTP 503)
-BEHAVIOURS = ("ok", "slow", "garbage", "oversized", "redirect", "error")
+# ok | slow (answers after `delay`) | garbage (HTML) | oversized | redirect | error (HTTP 503) |
+# hangup (answers, then closes the kept-alive connection without saying so, as an idle timeout does) |
+# trickle (its status line and headers a byte every 50 ms: each wait is short, the whole is not)
+BEHAVIOURS = ("ok", "slow", "garbage", "oversized", "redirect", "error", "hangup", "trickle")
 OVERSIZED_BYTES = 17 * 1024 * 1024
 
 
@@ -66,6 +68,7 @@ class ExporterServer(ThreadedServer):
         self.delay = delay
         self.requests = 0
         self.connections = 0
+        self.closed = 0  # connections ended, by either side
 
     @property
     def url(self) -> str:
@@ -89,6 +92,10 @@ def _handler(server: ExporterServer):
             super().setup()
             server.connections += 1
 
+        def finish(self) -> None:
+            super().finish()
+            server.closed += 1
+
         def log_message(self, *_args) -> None:
             pass
 
@@ -105,8 +112,11 @@ def _handler(server: ExporterServer):
                 self._answer(200, b"<html><body>Welcome to nginx!</body></html>")
             elif how == "oversized":
                 self._oversized()
+            elif how == "trickle":
+                self._trickle()
             else:
                 self._answer(200, server.page)
+                self.close_connection = how == "hangup"
 
         def _answer(self, status: int, body: bytes, headers: Mapping[str, str] = {}) -> None:
             self.send_response(status)
@@ -116,6 +126,16 @@ def _handler(server: ExporterServer):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
+
+        def _trickle(self) -> None:
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n":
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up, as it should
+            self.close_connection = True
 
         def _oversized(self) -> None:
             # No Content-Length: only the read's own bound stops it.

@@ -11,12 +11,14 @@ from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_service_checks
 
 from gpu_monitoring.dcgm import DcgmReader
+from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
 from gpu_monitoring.dcgm.freshness import Freshness
 from gpu_monitoring.kube.pod_list import parse_pod_list
 from gpu_monitoring.service_checks import Status
 from gpu_monitoring.snapshot import Device, Node, Snapshot
 
 from .dcgm_support import ExporterServer, exporter_page, pod
+from .sidecar_support import wait_until
 
 CAN_CONNECT = "gpu_monitoring.dcgm.can_connect"
 # DCGM's values for the a100-mig scenario: GPU instances of GPU 0 and 1, GPU 2 (no MIG) whole.
@@ -169,3 +171,41 @@ def test_auto_reads_the_exporter_the_pod_list_names(exporter):
     assert snapshot.devices[0].metrics == {"graphics_active": 25.0}
     assert reader.enrich(snapshot, None) == (Status.OK, None), "the kubelet unread: the exporter last found"
     assert exporter.requests == 2 and exporter.connections == 1
+
+
+def test_a_connection_the_exporter_closed_between_runs_is_opened_again(node, aggregator, exporter, caplog):
+    caplog.set_level(logging.INFO)
+    exporter.behaviour = "hangup"
+    a100 = node("a100-mig", dcgm_exporter_url=exporter.url)
+    exporter.page = a100_mig_page(a100)
+    a100.run(3)
+    assert status(aggregator) == (AgentCheck.OK, "") and dcgm_logs(caplog) == []
+    assert exporter.requests == 3 and exporter.connections == 3, "each run on a connection opened again"
+    assert a100.instance_values("sm_active")
+
+
+def test_cancel_closes_the_kept_alive_connection(node, exporter):
+    a100 = node("a100-mig", dcgm_exporter_url=exporter.url)
+    exporter.page = a100_mig_page(a100)
+    a100.run()
+    assert exporter.closed == 0, "kept alive between runs"
+    a100.check.cancel()
+    wait_until(lambda: exporter.closed == 1, 5, "the exporter's connection stays open after cancel()")
+
+
+def test_a_redirect_is_refused_naming_where_it_points(exporter):
+    exporter.behaviour = "redirect"
+    with pytest.raises(DcgmError) as refused:
+        DcgmClient(exporter.url).read()
+    assert refused.value.status == Status.CRITICAL
+    assert "it points at http://169.254.169.254/metrics" in str(refused.value)
+    assert exporter.requests == 1, "never followed"
+
+
+def test_one_deadline_bounds_an_answer_that_trickles_in(exporter):
+    exporter.behaviour = "trickle"  # 50 ms a byte: each wait well within the deadline
+    started = time.monotonic()
+    with pytest.raises(DcgmError) as late:
+        DcgmClient(exporter.url, timeout=0.3).read()
+    assert time.monotonic() - started < 0.6
+    assert late.value.status == Status.WARNING and "did not answer in time" in str(late.value)

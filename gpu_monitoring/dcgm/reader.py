@@ -73,6 +73,11 @@ class DcgmReader:
             self._known = {}
         return self.client
 
+    def close(self) -> None:
+        """Let the kept-alive connection go (the check is cancelled)."""
+        if self.client is not None:
+            self.client.close()
+
     def _read(self, client: DcgmClient, snapshot: Snapshot) -> State:
         try:
             page = parse(client.read(), wanted(snapshot), self._known)

@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Any, Dict, Optional, Tuple
 
 from .. import __version__
+from ..dcgm import DcgmReader
+from ..dcgm.outcome import carried
 from ..kube import DEFAULT_TTL
 from ..kube.allocations import AllocationReader
 from ..node_run import NodeReader
@@ -34,6 +36,7 @@ class Sidecar:
         pod_resources_socket: Optional[str] = None,
         journal_wait: float = 30.0,
         pod_cache_ttl: float = DEFAULT_TTL,
+        dcgm_exporter_url: Optional[str] = None,
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
@@ -43,6 +46,11 @@ class Sidecar:
         self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart)
         self.readiness = NvmlReadiness(self.session, self.session_lock)
+        # The node's dcgm-exporter, read with every snapshot; its own lock: a slow exporter must not
+        # hold NVML (and the event pump) for its deadline.
+        self.dcgm_exporter_url = dcgm_exporter_url
+        self.dcgm = DcgmReader(dcgm_exporter_url) if dcgm_exporter_url else None
+        self.dcgm_lock = threading.Lock()
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
             protocol.SNAPSHOT_PATH: self.snapshot,
@@ -62,6 +70,11 @@ class Sidecar:
                 raise ApiError(503, f"NVML cannot be read: {e}") from e
             self.readiness.learn(taken.devices)
             self.snapshots_served += 1
+        if self.dcgm is not None:
+            with self.dcgm_lock:
+                # Never None: a URL is configured. Finding the exporter (`auto`) takes the kubelet's
+                # pod list, which only the check reads.
+                taken.dcgm_read = carried(self.dcgm.enrich(taken, None))
         return 200, {"snapshot": taken.to_dict()}
 
     def events(self, params: Dict[str, str]) -> Response:
@@ -116,6 +129,8 @@ class Sidecar:
             self._gpus() if nvml is None else f"NVML cannot be read: {nvml}",
             f"journal {self.journal.directory}, last seq {self.journal.last_seq}",
             pod_resources,
+            f"dcgm-exporter {self.dcgm_exporter_url} read with every snapshot" if self.dcgm else
+            "dcgm-exporter not read (no --dcgm-exporter-url; the check reads it)",
         ]
         return (logging.WARNING if nvml or pod_resources_failing else logging.INFO), "; ".join(parts)
 
@@ -144,6 +159,9 @@ class Sidecar:
         self.server.server_close()
         with self.session_lock:
             self.reader.close()
+        if self.dcgm is not None:
+            with self.dcgm_lock:
+                self.dcgm.close()
         self.journal.close()
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)

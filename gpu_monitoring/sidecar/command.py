@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 from typing import Optional, Union
+from urllib.parse import urlsplit
 
 from ..deps import MissingPackage, require
 from ..kube import DEFAULT_TTL
@@ -33,6 +34,11 @@ def add_parsers(commands) -> None:
     sidecar.add_argument("--pod-cache-ttl", type=float, default=DEFAULT_TTL, metavar="SECONDS",
                          help="seconds a pod-resources answer is kept while the GPUs' processes keep their "
                               "containers; 0 asks for every snapshot (default %(default)g)")
+    sidecar.add_argument("--dcgm-exporter-url", metavar="URL", type=_exporter_url,
+                         help="read this node's dcgm-exporter (http://HOST:9400/metrics) with every snapshot and "
+                              "serve DCGM's profiling activity for the GPUs GPM does not measure; the check then "
+                              "reads it no more (default: not read here; the check reads it, finding it itself "
+                              "on Kubernetes)")
     sidecar.add_argument("--nvml-library-path", metavar="PATH",
                          help="load this libnvidia-ml (default: the one the dynamic linker finds)")
     sidecar.add_argument("--simulate", metavar="SCENARIO",
@@ -91,7 +97,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
     try:
         try:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
-                              journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl)
+                              journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl,
+                              dcgm_exporter_url=args.dcgm_exporter_url)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
             sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")
@@ -101,6 +108,13 @@ def run_sidecar(args: argparse.Namespace) -> int:
         if node is not None:
             node.stop()
     return 0
+
+
+def _exporter_url(value: str) -> str:
+    # A URL only: `auto` (finding the exporter) takes the kubelet's pod list, which only the check reads.
+    if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
+        raise argparse.ArgumentTypeError(f"an http or https URL of this node's dcgm-exporter /metrics, not {value!r}")
+    return value
 
 
 def _socket_too_long(path: str) -> Optional[str]:

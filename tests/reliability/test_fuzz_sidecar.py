@@ -33,7 +33,8 @@ from .fuzz_support import (
 
 @pytest.fixture(scope="module")
 def good_snapshot():
-    """A real NodeReader's snapshot of the simulated DGX H100, with events and allocations added."""
+    """A real NodeReader's snapshot of the simulated DGX H100, with events, allocations and a sidecar's
+    DCGM read added."""
     from gpu_monitoring.node_run import NodeReader
     from gpu_monitoring.nvml.session import NvmlSession
     from gpu_monitoring.simulator import SimulatedNvml, load
@@ -61,6 +62,7 @@ def good_snapshot():
                                        "share_id": None}],
                             "advertised": [{"resource_name": "nvidia.com/gpu", "device_id": uuid}],
                             "advertised_error": None}
+    taken["dcgm_read"] = {"status": "critical", "reason": "cannot connect to http://10.0.0.7:9400/metrics: refused"}
     return json.loads(json.dumps(taken))
 
 

@@ -1,0 +1,15 @@
+"""A DCGM read's outcome as the sidecar's snapshot carries it to the check: the `dcgm.can_connect`
+status and reason, written where the sidecar read the exporter and read back by the check."""
+
+from ..service_checks import Status
+from ..snapshot import DcgmRead
+from .reader import State
+
+
+def carried(state: State) -> DcgmRead:
+    status, reason = state
+    return DcgmRead(status.name.lower(), reason)
+
+
+def state_of(read: DcgmRead) -> State:
+    return Status[read.status.upper()], read.reason
