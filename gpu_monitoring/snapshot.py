@@ -9,6 +9,7 @@ error there rather than a TypeError deep in attribution or submission.
 import dataclasses
 import functools
 import json
+import math
 import re
 import typing
 from dataclasses import asdict, dataclass, field
@@ -299,6 +300,9 @@ def _checked(hint: Any, value: Any, where: str, pattern: Optional["re.Pattern[st
     if dataclasses.is_dataclass(hint):
         return load(hint, value, where)
     value = json_typed((int, float) if hint is float else hint, value, where)
+    # JSON has no NaN or infinity; Python's json writes and reads them. No reading is either.
+    if hint is float and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}, not a finite number")
     if pattern is not None and not pattern.fullmatch(value):
         raise ValueError(f"{where} {value!r} is not one this check knows ({pattern.pattern})")
     return value

@@ -92,6 +92,14 @@ def test_snapshot_of_another_version_is_refused():
         Snapshot.from_json(json.dumps(raw))
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_a_snapshot_with_a_reading_json_cannot_hold_is_refused(number):
+    (snapshot,) = collect("t4-shared", 1)
+    text = snapshot.to_json().replace('"temperature": ', f'"temperature": {number}, "was": ', 1)
+    with pytest.raises(ValueError, match=r"devices\[0\]\.metrics\['temperature'\] is .*, not a finite number"):
+        Snapshot.from_json(text)
+
+
 # --- command line ------------------------------------------------------------------------
 
 
