@@ -30,6 +30,8 @@ from gpu_monitoring.kube.pod_resources import (
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 from gpu_monitoring.snapshot import Advertised, Allocations, Node, Snapshot
 
+from .pod_resources_support import assert_every_truncation_is_rejected_or_a_whole_pod_prefix, raw_list
+
 UUID = "GPU-5d5f9d2a-3c1b-4f5e-9a7b-2c8d0e1f2a3b"
 MIG_UUID = "MIG-0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d"
 
@@ -72,11 +74,6 @@ def socket_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 def server(socket_path: str) -> Iterator[PodResourcesServer]:
     with PodResourcesServer(socket_path, TRAINING, ADVERTISED) as running:
         yield running
-
-
-def raw_list(socket_path: str) -> bytes:
-    with grpc.insecure_channel("unix://" + socket_path) as channel:
-        return channel.unary_unary(LIST_METHOD)(b"", timeout=5)
 
 
 @pytest.mark.parametrize(
@@ -240,14 +237,7 @@ def test_the_server_cleans_up_its_socket(socket_path: str) -> None:
 
 def test_every_truncation_is_rejected_or_a_whole_pod_prefix(server: PodResourcesServer, socket_path: str) -> None:
     payload = raw_list(socket_path)
-    full = decode_allocations(payload)
-    for size in range(len(payload)):
-        try:
-            decoded = decode_allocations(payload[:size])
-        except PodResourcesError as error:
-            assert error.reason == "invalid"
-        else:
-            assert decoded == full[: len(decoded)]
+    assert_every_truncation_is_rejected_or_a_whole_pod_prefix(payload)
     with pytest.raises(PodResourcesError, match="past the end"):
         decode_allocations(payload[:-1])
 

@@ -12,14 +12,12 @@ import ssl
 import urllib.request
 from typing import Iterator, List
 
-import grpc
 import pytest
 
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.kube.cdi_devices import UnmappedName, device_of
 from gpu_monitoring.kube.pod_list import parse_pod_list
 from gpu_monitoring.kube.pod_resources import (
-    LIST_METHOD,
     Allocation,
     PodResourcesError,
     decode_allocations,
@@ -28,6 +26,8 @@ from gpu_monitoring.kube.pod_resources import (
 )
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
+
+from .pod_resources_support import assert_every_truncation_is_rejected_or_a_whole_pod_prefix, raw_list
 
 GPU = "GPU-5d5f9d2a-3c1b-4f5e-9a7b-2c8d0e1f2a3b"
 POOL = "gpu-node-7"
@@ -58,11 +58,6 @@ def before_1_31(allocation: Allocation) -> Allocation:
 @pytest.fixture
 def socket_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("dra") / "kubelet.sock")
-
-
-def raw_list(socket_path: str) -> bytes:
-    with grpc.insecure_channel("unix://" + socket_path) as channel:
-        return channel.unary_unary(LIST_METHOD)(b"", timeout=5)
 
 
 def test_claims_of_nvidias_gpu_driver_are_allocations_from_kubernetes_1_31(socket_path: str) -> None:
@@ -168,14 +163,7 @@ def test_a_damaged_claim_is_rejected_clearly(dynamic_resource: bytes, problem: s
 def test_every_truncation_of_an_answer_with_claims_is_rejected_or_a_whole_pod_prefix(socket_path: str) -> None:
     with PodResourcesServer(socket_path, SERVED):
         payload = raw_list(socket_path)
-    full = decode_allocations(payload)
-    for size in range(len(payload)):
-        try:
-            decoded = decode_allocations(payload[:size])
-        except PodResourcesError as error:
-            assert error.reason == "invalid"
-        else:
-            assert decoded == full[: len(decoded)]
+    assert_every_truncation_is_rejected_or_a_whole_pod_prefix(payload)
 
 
 def test_a_claim_without_namespace_is_in_its_pods() -> None:
