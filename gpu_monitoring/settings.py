@@ -43,6 +43,12 @@ class CheckSettings:
     gpu_resource_names: List[str]
     dcgm_exporter_url: str  # auto | none | an http(s) URL
     proc_root: str
+    sysfs_root: str
+    expected_gpus: Optional[int]
+    expected_network_ports: Union[str, int]  # auto | a count
+    expected_network_rate: Union[str, float]  # auto | Gb/s
+    network_ports_exclude: List[str]
+    fault_hold: float  # seconds; 0: nothing is held
     max_processes_per_device: int
     hourly_price: Dict[str, float]
     default_hourly_price: Optional[float]
@@ -73,6 +79,12 @@ def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = No
         gpu_resource_names=list(config.gpu_resource_names),
         dcgm_exporter_url=config.dcgm_exporter_url,
         proc_root=config.proc_root or default_proc_root(),
+        sysfs_root=config.sysfs_root,
+        expected_gpus=config.expected_gpus,
+        expected_network_ports=config.expected_network_ports,
+        expected_network_rate=config.expected_network_rate,
+        network_ports_exclude=list(config.network_ports_exclude),
+        fault_hold=config.fault_hold,
         max_processes_per_device=config.max_processes_per_device,
         hourly_price=dict(config.hourly_price),
         default_hourly_price=config.default_hourly_price,

@@ -21,6 +21,8 @@ EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|type_0x[0-9a-f]+")
 PROCESS_KIND = re.compile(r"compute|mps")
 ALLOCATIONS_SOURCE = re.compile(r"pod_resources|none|error")
 SERVICE_CHECK_STATUS = re.compile(r"ok|warning|critical")
+# What an NVIDIA PCI function is, by its class (node.pci): a GPU, an NVSwitch, an HDMI audio function.
+PCI_KIND = re.compile(r"gpu|nvswitch|audio|other")
 
 
 def _pattern(regex: "re.Pattern[str]", **options: Any) -> Any:
@@ -164,6 +166,39 @@ class Device:
     fabric_untrusted: List[str] = field(default_factory=list)
     recovery_action: Optional[int] = None
     c2c_down: List[int] = field(default_factory=list)
+    # Inventory, for drift across a fleet (not health): the VBIOS version and whether persistence
+    # mode is on. Both came after version 1.
+    vbios_version: Optional[str] = None
+    persistence_mode: Optional[bool] = None
+
+
+@dataclass
+class PciFunction:
+    """An NVIDIA (vendor 0x10de) PCI function as the kernel's sysfs shows it (node.pci)."""
+
+    address: str  # the sysfs name: domain:bus:device.function, lower case (0000:c1:00.0)
+    class_code: int  # 0x030200: a 3D controller
+    kind: str = _pattern(PCI_KIND)
+    device_id: Optional[int] = None
+    # The kernel driver bound to it (`nvidia`, `vfio-pci`, `snd_hda_intel`); None where none is.
+    driver: Optional[str] = None
+
+
+@dataclass
+class NetworkPort:
+    """One InfiniBand or RoCE port of an RDMA device as sysfs shows it (node.infiniband):
+    `class/infiniband/<device>/ports/<port>/`. A file the kernel did not give is None or left out."""
+
+    device: str  # mlx5_0
+    port: int
+    state: Optional[str] = None  # the logical state's name: DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
+    phys_state: Optional[str] = None  # the physical state's name: Sleep, Polling, Disabled, LinkUp...
+    rate_gbps: Optional[float] = None
+    link_layer: Optional[str] = None  # InfiniBand or Ethernet (RoCE)
+    netdev: Optional[str] = None  # the port's network interface, where the kernel shows it
+    # The counters/ files read, by file name, as the kernel gives them: port_rcv_data and
+    # port_xmit_data count 4-byte words.
+    counters: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -173,6 +208,16 @@ class Node:
     cuda_driver_version: Optional[str] = None
     # What NVML reads but cannot give this run (permission, events not watched): the check says it.
     problems: List[str] = field(default_factory=list)
+    # The node around the GPUs, all after version 1. The kernel's boot ID (a reboot changes it);
+    # the NVIDIA PCI functions under sysfs_root; the PCI bus IDs in the driver's own record of its
+    # GPUs; the InfiniBand and RoCE ports. None where that could not be read at all (no sysfs
+    # there, no driver directory, no class/infiniband), which is not the same as an empty list.
+    boot_id: Optional[str] = None
+    pci_functions: Optional[List[PciFunction]] = None
+    driver_gpus: Optional[List[str]] = None
+    network_ports: Optional[List[NetworkPort]] = None
+    # Why sysfs_root could not be read, where it could not.
+    sysfs_problem: Optional[str] = None
 
 
 @dataclass

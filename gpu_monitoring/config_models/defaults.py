@@ -32,8 +32,20 @@ def instance_enable_legacy_tags_normalization():
     return True
 
 
+def instance_expected_network_ports():
+    return "auto"
+
+
+def instance_expected_network_rate():
+    return "auto"
+
+
 def instance_fabric_registration_grace():
     return 300
+
+
+def instance_fault_hold():
+    return 86400
 
 
 def instance_gpu_resource_names():
@@ -68,6 +80,10 @@ def instance_min_collection_interval():
     return 15
 
 
+def instance_network_ports_exclude():
+    return []
+
+
 def instance_no_index():
     return False
 
@@ -90,6 +106,10 @@ def instance_sidecar_socket():
 
 def instance_source():
     return "local"
+
+
+def instance_sysfs_root():
+    return "/sys"
 
 
 def instance_temperature_margin():

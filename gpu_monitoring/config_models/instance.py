@@ -58,7 +58,11 @@ class InstanceConfig(BaseModel):
     effective_threshold: Optional[float] = None
     empty_default_hostname: Optional[bool] = None
     enable_legacy_tags_normalization: Optional[bool] = None
+    expected_gpus: Optional[int] = None
+    expected_network_ports: Optional[Union[Literal['auto'], int]] = None
+    expected_network_rate: Optional[Union[Literal['auto'], float]] = None
     fabric_registration_grace: Optional[float] = None
+    fault_hold: Optional[float] = None
     gpu_resource_names: Optional[tuple[str, ...]] = None
     hourly_price: Optional[MappingProxyType[str, float]] = None
     ignore_missing_sidecar: Optional[bool] = None
@@ -75,6 +79,7 @@ class InstanceConfig(BaseModel):
     min_collection_interval: Optional[float] = None
     name: Optional[str] = None
     namespace: Optional[str] = None
+    network_ports_exclude: Optional[tuple[str, ...]] = None
     no_index: Optional[bool] = None
     nvml_library_path: Optional[str] = None
     pod_cache_ttl: Optional[float] = None
@@ -85,6 +90,7 @@ class InstanceConfig(BaseModel):
     sidecar_socket: Optional[str] = None
     simulate: Optional[str] = None
     source: Optional[Literal['local', 'sidecar']] = None
+    sysfs_root: Optional[str] = None
     tags: Optional[tuple[str, ...]] = None
     temperature_margin: Optional[float] = None
     xid_ignore: Optional[tuple[int, ...]] = None

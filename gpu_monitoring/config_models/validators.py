@@ -30,6 +30,12 @@ MAX_PRICE = 1e9
 MAX_PROCESSES_PER_DEVICE = 1_000_000
 # A fabric manager registers a rack's GPUs within minutes of the driver loading; a day is a typo.
 MAX_FABRIC_REGISTRATION_GRACE = 86400
+# The largest nodes hold tens of GPUs and ports (an NVL72 rack is 18 trays of 4); a thousand is a typo,
+# as is a port faster than 10 Tb/s or a verdict held past a month.
+MAX_EXPECTED = 1024
+MAX_NETWORK_RATE = 10000
+MAX_FAULT_HOLD = 30 * 86400
+AUTO = "auto"
 
 
 def kubernetes(name: str, value: Any) -> Any:
@@ -43,6 +49,17 @@ def dcgm_exporter_url(name: str, value: Any) -> str:
     if value in DCGM_EXPORTER_MODES:
         return value
     return url(name, value, example="http://<POD_IP>:9400/metrics, auto or none")
+
+
+def automatic(name: str, value: Any, maximum: float, integer: bool) -> Any:
+    """`auto`, or a number from 1 (0 for a count) to `maximum`."""
+    if value == AUTO:
+        return value
+    try:
+        return number(name, value, minimum=0 if integer else 1, maximum=maximum, integer=integer)
+    except ConfigurationError:
+        what = "an integer from 0" if integer else "a number from 1"
+        raise ConfigurationError(f"`{name}` must be auto or {what} to {maximum:g}; got {value!r}") from None
 
 
 # The check's options; the Agent's own that the models check by their type are not here.
@@ -75,6 +92,12 @@ RULES: Dict[str, Callable[[str, Any], Any]] = {
     "pod_resources_socket": socket_path,
     "gpu_resource_names": strings,
     "dcgm_exporter_url": dcgm_exporter_url,
+    "sysfs_root": text,
+    "expected_gpus": partial(number, minimum=1, maximum=MAX_EXPECTED, integer=True),
+    "expected_network_ports": partial(automatic, maximum=MAX_EXPECTED, integer=True),
+    "expected_network_rate": partial(automatic, maximum=MAX_NETWORK_RATE, integer=False),
+    "network_ports_exclude": strings,
+    "fault_hold": partial(number, minimum=0, maximum=MAX_FAULT_HOLD),
     # The Agent's own, which it would take as they come: NaN as an interval, an empty service.
     "min_collection_interval": partial(number, minimum=0, strict=True),
     "service": text,

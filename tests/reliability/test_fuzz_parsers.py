@@ -71,7 +71,9 @@ GOOD = {
     "disable_generic_tags": [True], "enable_legacy_tags_normalization": [True],
     "metric_patterns": [{"include": ["gpu_monitoring.*"]}], "metrics_profile": ["essential", "standard", "full"],
     "name": ["gpu-node"], "namespace": ["default"], "no_index": [False], "loader": ["python"],
-    "process_isolation": [False],
+    "process_isolation": [False], "sysfs_root": ["/sys", "/host/sys"], "expected_gpus": [1, 8],
+    "expected_network_ports": ["auto", 0, 8], "expected_network_rate": ["auto", 400, 200.5],
+    "network_ports_exclude": [[], ["mlx5_4", "eth*"]], "fault_hold": [0, 86400],
 }
 assert set(GOOD) >= set(OPTIONS), sorted(set(OPTIONS) - set(GOOD))
 # Values an operator might really write wrongly: edges of every range and type, beside arbitrary JSON.
