@@ -2,21 +2,34 @@
 
 import json
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Optional
 
 from . import recovery_actions, xid
 from .service_checks import Status
 from .snapshot import Device, Event
 
 
+class Holdable(NamedTuple):
+    """A verdict that asks for an action, which held_verdicts keeps until there is evidence of the fix."""
+
+    status: Status
+    reason: str
+    reset: bool  # the GPU needs a reset or reboot: it counts toward escalation
+
+
 @dataclass
 class Health:
     status: Status = Status.OK
     reasons: List[str] = field(default_factory=list)
+    # This run's verdicts that ask for an action, by what they are about (`xid:48`, `dbe`, `recovery`).
+    holdable: Dict[str, Holdable] = field(default_factory=dict)
 
-    def add(self, status: Status, reason: str) -> None:
+    def add(self, status: Status, reason: str, hold: Optional[str] = None, reset: bool = False) -> None:
+        """One reason; `hold` names a verdict that asks for an action, to be held until it is fixed."""
         self.reasons.append(reason)
         self.status = max(self.status, status)
+        if hold is not None:
+            self.holdable.setdefault(hold, Holdable(status, reason, reset))
 
     @property
     def message(self) -> str:
@@ -63,16 +76,23 @@ def _events(health: Health, events: Iterable[Event], ignored: set) -> None:
         if event.kind == "xid" and event.code not in ignored:
             info = xid.describe(event.code)
             if info.status is not Status.OK:
-                health.add(info.status, f"XID {event.code} ({info.meaning}): {info.advice}")
+                held = info.action in xid.HELD_ACTIONS
+                health.add(info.status, f"XID {event.code} ({info.meaning}): {info.advice}",
+                           hold=f"xid:{event.code}" if held else None, reset=held)
         elif event.kind == "ecc_dbe":
-            health.add(Status.CRITICAL, "double-bit ECC error event")
+            health.add(Status.CRITICAL, "double-bit ECC error event", hold=DBE, reset=True)
+
+
+# What the held verdicts of a double-bit ECC error and of the driver's recovery action are about.
+DBE, RECOVERY = "dbe", "recovery"
 
 
 def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
     m = device.metrics
     now, before = m.get("ecc.errors.uncorrected"), (previous.metrics if previous else {}).get("ecc.errors.uncorrected")
     if now is not None and before is not None and now > before:
-        health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run")
+        health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run", hold=DBE,
+                   reset=True)
     if m.get("remapped_rows.failed"):
         health.add(Status.CRITICAL, "row remapping failed: the GPU needs service")
     if m.get("retired_pages.pending") and m.get("retired_pages.double_bit"):
@@ -241,8 +261,9 @@ def _recovery(health: Health, device: Device) -> None:
     if device.recovery_action in (None, recovery_actions.NONE):
         return
     action = recovery_actions.describe(device.recovery_action)
-    health.add(Status[action.severity.upper()],
-               f"the driver asks for recovery action {action.name.replace('_', ' ')}: {action.advice}")
+    status = Status[action.severity.upper()]
+    health.add(status, f"the driver asks for recovery action {action.name.replace('_', ' ')}: {action.advice}",
+               hold=RECOVERY, reset=status is Status.CRITICAL)
 
 
 def _c2c(health: Health, device: Device) -> None:

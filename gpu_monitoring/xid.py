@@ -53,6 +53,9 @@ ADVICE = {
         "or the system's vendor."
     ),
 }
+# The actions that ask for a GPU reset, a reboot or a drain: their verdicts are held until the fix
+# (held_verdicts), and each counts toward escalation.
+HELD_ACTIONS = frozenset({"reset_gpu", "reboot_node", "check_link"})
 _FIELDS = {"code", "meaning", "origin", "action", "severity"}
 
 

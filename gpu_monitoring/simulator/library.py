@@ -26,13 +26,13 @@ from . import (  # noqa: F401  (register symbols)
 from .abi import SYMBOLS, prototype
 from .clock import SimClock
 from .device_model import SimDevice, SimMigInstance
+from .fault_events import events_of
 from .scenario import Fault, Scenario
 
 log = logging.getLogger(__name__)
 
 HANDLE_STRIDE = 0x10000
 NO_INSTANCE = 0xFFFFFFFF
-RECOVERY_ACTION_XID = 154
 
 # Queries NVML answers on a MIG device handle; anything else is refused.
 MIG_HANDLE_FUNCTIONS = {
@@ -149,20 +149,16 @@ class SimulatedNvml:
             self.init_count = 0
             self.event_sets.clear()
             return
-        event_type = {"xid": pynvml.nvmlEventTypeXidCriticalError,
-                      "recovery_action": pynvml.nvmlEventTypeXidCriticalError,
-                      "ecc_sbe": pynvml.nvmlEventTypeSingleBitEccError,
-                      "ecc_dbe": pynvml.nvmlEventTypeDoubleBitEccError}.get(fault.kind)
-        if event_type is None:
+        events = events_of(fault)
+        if not events:
             return
         device = self.devices[fault.device]
         gi = fault.params.get("gpu_instance", NO_INSTANCE)
         ci = fault.params.get("compute_instance", NO_INSTANCE if gi == NO_INSTANCE else 0)
-        # The driver tells of a new recovery action with XID 154 (NVIDIA's XID catalog).
-        data = RECOVERY_ACTION_XID if fault.kind == "recovery_action" else fault.params.get("xid", 0)
         for event_set in self.event_sets.values():
-            if event_set.registrations.get(device.index, 0) & event_type:
-                event_set.queue.append((self.handle_of(device), event_type, data, gi, ci))
+            registered = event_set.registrations.get(device.index, 0)
+            event_set.queue.extend((self.handle_of(device), event_type, data, gi, ci)
+                                   for event_type, data in events if registered & event_type)
         self._events_ready.notify_all()
 
     def wait_for_event(self, event_set: EventSet, timeout_s: float) -> bool:

@@ -29,7 +29,7 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 MAX_SCENARIO_BYTES = 16 * 1024 * 1024
 
 FAULT_KINDS = {
-    "xid",  # an XID event; `lost_for` also makes the GPU fall off the bus
+    "xid",  # an XID event (`count` of them: a storm); `lost_for` also makes the GPU fall off the bus
     "gpu_lost",  # every call on the device answers GPU_IS_LOST for `duration`
     "ecc_sbe",  # `count` corrected errors, with an SBE event
     "ecc_dbe",  # `count` uncorrected errors, with a DBE event
