@@ -13,6 +13,7 @@ NAMES = {
     "gpu_monitoring.kubelet.can_connect",
     "gpu_monitoring.sidecar.can_connect",
     "gpu_monitoring.dcgm.can_connect",
+    "gpu_monitoring.node.health",
 }
 
 
@@ -26,7 +27,11 @@ def test_the_service_checks_are_declared():
 
 def test_every_status_sent_is_declared(node, aggregator, tmp_path):
     seen = set()
-    node("faults").run_until(30)  # health OK, WARNING and CRITICAL
+    node("faults").run_until(45)  # GPU health OK, WARNING and CRITICAL; a port flapped: the node WARNING
+    seen |= statuses(aggregator)
+    aggregator.assert_service_checks(get_service_checks())
+    aggregator.reset()
+    node("gpu-missing").run()  # a GPU on the bus that NVML lacks: the node CRITICAL
     seen |= statuses(aggregator)
     aggregator.assert_service_checks(get_service_checks())
     for how in ("unauthorized", "error"):  # kubelet CRITICAL, then WARNING
@@ -65,5 +70,8 @@ def test_every_status_sent_is_declared(node, aggregator, tmp_path):
         ("gpu_monitoring.kubelet.can_connect", AgentCheck.CRITICAL),
         ("gpu_monitoring.sidecar.can_connect", AgentCheck.OK),
         ("gpu_monitoring.sidecar.can_connect", AgentCheck.CRITICAL),
+        ("gpu_monitoring.node.health", AgentCheck.OK),
+        ("gpu_monitoring.node.health", AgentCheck.WARNING),
+        ("gpu_monitoring.node.health", AgentCheck.CRITICAL),
     }
     assert seen == expected
