@@ -66,6 +66,19 @@ def read_driver_gpus(proc_root: Optional[str]) -> List[DriverGpu]:
     return sorted(found, key=lambda gpu: gpu.pci_bus_id)
 
 
+def driver_gpu_bus_ids(proc_root: Optional[str]) -> Optional[List[str]]:
+    """The PCI bus IDs (NVML's form) of the GPUs the driver set up, by its directories' names alone (one
+    listing a run, no file read); None where the directory cannot be listed (no driver loaded, or the
+    host's /proc is not there)."""
+    if not proc_root:
+        return None
+    try:
+        names = os.listdir(os.path.join(proc_root, *GPUS_DIRECTORY))
+    except OSError:
+        return None
+    return sorted(bus_id for bus_id in map(nvml_bus_id, names) if bus_id is not None)
+
+
 def name_lost_devices(devices: List[snapshot.Device], gpus: List[DriverGpu]) -> None:
     """Fill in what NVML could not tell of a GPU (UUID, name, bus ID, minor number) from the driver's record.
 

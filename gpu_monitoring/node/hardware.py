@@ -1,0 +1,31 @@
+"""The node around the GPUs, read once a run into the snapshot's node: the boot ID, the NVIDIA
+functions on the PCI bus, the GPUs in the driver's record and the InfiniBand and RoCE ports.
+
+Cost per run (make bench, "sysfs"): one listing of bus/pci/devices with a `vendor` read per function
+and three reads per NVIDIA function, one listing of the driver's GPU directory, and per port its state,
+physical state, rate and counters; no NVML call.
+"""
+
+from typing import Optional
+
+from ..driver_gpus import driver_gpu_bus_ids
+from ..snapshot import Node
+from .boot import read_boot_id
+from .infiniband import PortReader
+from .pci import SysfsUnavailable, read_pci_functions
+
+
+class HardwareReader:
+    def __init__(self, sysfs_root: str, proc_root: Optional[str]) -> None:
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self._ports = PortReader(sysfs_root)
+
+    def read_into(self, node: Node) -> None:
+        node.boot_id = read_boot_id(self.proc_root)
+        node.driver_gpus = driver_gpu_bus_ids(self.proc_root)
+        node.network_ports = self._ports.read()
+        try:
+            node.pci_functions = read_pci_functions(self.sysfs_root)
+        except SysfsUnavailable as e:
+            node.pci_functions, node.sysfs_problem = None, str(e)

@@ -1,0 +1,149 @@
+"""The InfiniBand and RoCE ports of a node's RDMA devices: `<sysfs_root>/class/infiniband/<device>/ports/<n>/`.
+
+What a port directory holds (kernel Documentation/ABI/stable/sysfs-class-infiniband, written by
+drivers/infiniband/core/sysfs.c):
+
+    state        "4: ACTIVE"              the number, then DOWN, INIT, ARMED, ACTIVE or ACTIVE_DEFER
+    phys_state   "5: LinkUp"              the number, then Sleep, Polling, Disabled, LinkUp...
+    rate         "400 Gb/sec (4X NDR)"    active width times active speed; "10 Gb/sec (4X)" for SDR
+    link_layer   "InfiniBand" or "Ethernet" (RoCE)
+    counters/    the PortCounters the port's performance agent answers, one decimal number a file;
+                 port_rcv_data and port_xmit_data count octets divided by 4. A port whose agent does
+                 not answer one (RoCE ports, for some) fails the read with EINVAL (older kernels
+                 wrote "N/A (no PMA)" instead).
+
+The port's network interface is one of `<device>/device/net/*` (the RDMA device's PCI function's
+interfaces): the one whose `dev_port` (kernel Documentation/ABI/testing/sysfs-class-net: which port
+of a function with several an interface is, decimal) is the port's number less 1, as the drivers set it
+(mlx4_en and IPoIB's parent interfaces: dev_port = port - 1).
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from ..snapshot import NetworkPort
+from . import read_value
+
+INFINIBAND_DIRECTORY = ("class", "infiniband")
+COUNTERS = (
+    "link_downed",
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_rcv_data",
+    "port_xmit_data",
+)
+_NAMED = re.compile(r"[0-9]+: ([A-Za-z][A-Za-z_ ]*)")
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?) Gb/sec\b.*")
+
+PortKey = Tuple[str, int]
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """What does not change while a port exists."""
+
+    link_layer: Optional[str]
+    netdev: Optional[str]
+
+
+class PortReader:
+    """Reads the ports under one sysfs root, run after run.
+
+    Cost of a read: a listing of `class/infiniband` and of each device's `ports`, then 3 reads and up
+    to 7 counter reads a port (a GPU node has 8 to 12 ports). The link layer and network interface
+    are resolved only when the ports listed differ from the last read's (a device appeared, went,
+    or its driver was reloaded): a listing of `device/net` and one read per interface.
+    """
+
+    def __init__(self, sysfs_root: str) -> None:
+        self._directory = os.path.join(sysfs_root, *INFINIBAND_DIRECTORY)
+        self._fixed: Dict[PortKey, _Fixed] = {}
+
+    def read(self) -> Optional[List[NetworkPort]]:
+        """The ports, by device and port number; None where there is no `class/infiniband` to list
+        (a node without RDMA devices, or without their drivers), an empty list where it holds none."""
+        ports = self._list()
+        if ports is None:
+            return None
+        if set(ports) != set(self._fixed):
+            self._fixed = {key: self._resolve(key, ports) for key in ports}
+        read = [self._read_port(key) for key in ports]
+        return [port for port in read if port is not None]
+
+    def _list(self) -> Optional[List[PortKey]]:
+        try:
+            devices = os.listdir(self._directory)
+        except OSError:
+            return None
+        ports = []
+        for device in devices:
+            try:
+                names = os.listdir(os.path.join(self._directory, device, "ports"))
+            except OSError:
+                continue  # the device went while it was listed
+            ports.extend((device, number) for number in map(_integer, names) if number is not None)
+        return sorted(ports)
+
+    def _port_directory(self, key: PortKey) -> str:
+        return os.path.join(self._directory, key[0], "ports", str(key[1]))
+
+    def _resolve(self, key: PortKey, ports: List[PortKey]) -> _Fixed:
+        single = sum(1 for device, _ in ports if device == key[0]) == 1
+        link_layer = read_value(os.path.join(self._port_directory(key), "link_layer"))
+        return _Fixed(link_layer, self._netdev(key, single))
+
+    def _netdev(self, key: PortKey, single_port: bool) -> Optional[str]:
+        directory = os.path.join(self._directory, key[0], "device", "net")
+        try:
+            # By name: where interfaces share a dev_port, every resolve takes the same one.
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return None
+        dev_ports = {name: _integer(read_value(os.path.join(directory, name, "dev_port"))) for name in names}
+        for name in names:
+            if dev_ports[name] == key[1] - 1:
+                return name
+        # dev_port came with Linux 3.15; before it a device with one port and one interface is clear.
+        if single_port and len(names) == 1 and dev_ports[names[0]] is None:
+            return names[0]
+        return None
+
+    def _read_port(self, key: PortKey) -> Optional[NetworkPort]:
+        directory = self._port_directory(key)
+        state = read_value(os.path.join(directory, "state"))
+        if state is None and not os.path.isdir(directory):
+            return None  # the device went after it was listed (unbound, reset): no port, not a port down
+        fixed = self._fixed[key]
+        counters = {}
+        for name in COUNTERS:
+            value = _integer(read_value(os.path.join(directory, "counters", name)))
+            if value is not None:
+                counters[name] = value
+        return NetworkPort(
+            device=key[0],
+            port=key[1],
+            state=_named(state),
+            phys_state=_named(read_value(os.path.join(directory, "phys_state"))),
+            rate_gbps=_rate(read_value(os.path.join(directory, "rate"))),
+            link_layer=fixed.link_layer,
+            netdev=fixed.netdev,
+            counters=counters,
+        )
+
+
+def _named(text: Optional[str]) -> Optional[str]:
+    match = _NAMED.fullmatch(text or "")
+    return match.group(1) if match else None
+
+
+def _rate(text: Optional[str]) -> Optional[float]:
+    match = _RATE.fullmatch(text or "")
+    return float(match.group(1)) if match else None
+
+
+def _integer(text: Optional[str]) -> Optional[int]:
+    return int(text) if text and text.isascii() and text.isdigit() else None

@@ -1,0 +1,73 @@
+"""The NVIDIA functions on the PCI bus, read from sysfs trees recorded from real command output."""
+
+import os
+import shutil
+
+import pytest
+
+from gpu_monitoring.node import SysfsUnavailable
+from gpu_monitoring.node.pci import read_pci_functions
+from gpu_monitoring.snapshot import PciFunction
+
+from .sysfs_support import materialize
+
+HGX_NVSWITCHES = ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
+HGX_GPUS = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0",
+            "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"]
+
+
+def test_an_hgx_node_shows_its_gpus_and_nvswitches_and_nothing_of_other_vendors(tmp_path):
+    functions = read_pci_functions(str(materialize("hgx-h100-pci.txt", tmp_path)))
+
+    assert functions == (
+        [PciFunction(address, 0x068000, "nvswitch", 0x22A3, "nvidia") for address in HGX_NVSWITCHES]
+        + [PciFunction(address, 0x030200, "gpu", 0x2330, "nvidia") for address in HGX_GPUS]
+    )
+
+
+def test_each_function_has_its_kind_and_the_driver_that_holds_it(tmp_path):
+    functions = read_pci_functions(str(materialize("mixed-pci.txt", tmp_path)))
+
+    assert functions == [
+        PciFunction("0000:21:00.0", 0x030200, "gpu", 0x26B9, "vfio-pci"),
+        PciFunction("0000:41:00.0", 0x030200, "gpu", 0x2331, None),
+        PciFunction("0000:c1:00.0", 0x030000, "gpu", 0x1E30, "nvidia"),
+        PciFunction("0000:c1:00.1", 0x040300, "audio", 0x10F7, "snd_hda_intel"),
+        PciFunction("0000:c1:00.2", 0x0C0330, "other", 0x1AD6, "xhci_hcd"),
+        PciFunction("0000:c1:00.3", 0x0C8000, "other", 0x1AD7, "nvidia-gpu"),
+    ]
+
+
+def test_a_function_gone_between_listing_and_reading_is_left_out(tmp_path):
+    root = materialize("mixed-pci.txt", tmp_path)
+    # Hot-unplug removes the function's directory under /sys/devices; its bus link goes a moment later.
+    shutil.rmtree(os.path.realpath(root / "bus/pci/devices/0000:41:00.0"))
+
+    addresses = [f.address for f in read_pci_functions(str(root))]
+
+    assert addresses == ["0000:21:00.0", "0000:c1:00.0", "0000:c1:00.1", "0000:c1:00.2", "0000:c1:00.3"]
+
+
+def test_a_function_whose_class_cannot_be_read_is_left_out_and_the_others_stay(tmp_path):
+    root = materialize("hgx-h100-pci.txt", tmp_path)
+    (root / "bus/pci/devices/0000:1b:00.0/class").unlink()
+
+    addresses = [f.address for f in read_pci_functions(str(root))]
+
+    assert addresses == HGX_NVSWITCHES + HGX_GPUS[1:]
+
+
+def test_a_bus_without_nvidia_functions_lists_none(tmp_path):
+    (tmp_path / "bus/pci/devices").mkdir(parents=True)
+
+    assert read_pci_functions(str(tmp_path)) == []
+
+
+def test_a_sysfs_root_without_a_pci_bus_is_unavailable_and_says_where_and_why(tmp_path):
+    missing = tmp_path / "host-sys"
+
+    with pytest.raises(SysfsUnavailable) as raised:
+        read_pci_functions(str(missing))
+
+    assert str(missing / "bus/pci/devices") in str(raised.value)
+    assert "No such file or directory" in str(raised.value)
