@@ -14,17 +14,19 @@ from .config_models import ConfigMixin
 from .dcgm import DcgmReader
 from .dcgm.outcome import state_of
 from .deps import require
+from .held_verdicts import HeldVerdicts
 from .kube.allocations import AllocationReader
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
+from .node_health import NodeJudge
 from .nvml.errors import NvmlError
 from .service_checks import ReasonedServiceCheck, Status
 from .settings import CheckSettings, derive
 from .sidecar.client import SidecarClient, SidecarUnavailable
 from .snapshot import Allocations, Device, Snapshot
 from .sources import LocalSource, SidecarSource
-from .submission import Submitter
+from .submission import NodeReport, Submitter
 
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.
@@ -40,6 +42,8 @@ CURSOR = "sidecar_event_cursor"
 # The NVLink links seen up (health.NvLinkMemory), kept across Agent restarts: this check judges the
 # snapshot in local and sidecar mode alike, so its cache serves both.
 NVLINK_SEEN_UP = "nvlink_seen_up"
+# The verdicts held until their fix (held_verdicts), kept across Agent restarts the same way.
+HELD_VERDICTS = "held_verdicts"
 
 
 class GpuMonitoringCheck(AgentCheck, ConfigMixin):
@@ -60,6 +64,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.dcgm: Optional[DcgmReader] = None
         self.settings: Optional[Settings] = None
+        self.node_judge: Optional[NodeJudge] = None
+        self._held_written: Optional[str] = None
         self._previous: Dict[str, Device] = {}
         self._fabric_registered = health.FabricMemory()
         self._started = time.monotonic()  # the fabric registration grace counts from here
@@ -86,6 +92,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
         self.source = self._source()
         self.dcgm = DcgmReader(self.options.dcgm_exporter_url)
+        self.node_judge = NodeJudge(self.options.sysfs_root, self.options.expected_gpus,
+                                    self.options.expected_network_ports, self.options.expected_network_rate,
+                                    self.options.network_ports_exclude)
         self.settings = Settings(
             effective_threshold=self.options.effective_threshold,
             hourly_price=self.options.hourly_price,
@@ -117,6 +126,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             # and attribution judge only metrics of the smallest profile or reads that give them.
             unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
             unused_parts=frozenset(SPEC) - sent_in(self.options.metrics_profile, parts=True),
+            sysfs_root=self.options.sysfs_root,
         )
 
     def _save_cursor(self, value: str) -> None:
@@ -138,9 +148,11 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         pods = self._pods(snapshot.allocations)
         self._read_dcgm(snapshot, pods)
         attribution = attribute(snapshot, pods, self.settings)
+        self._held.booted(snapshot.node.boot_id)
         healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered) for d in snapshot.devices}
-        self.submitter.submit(snapshot, healths, attribution)
+        self.submitter.submit(snapshot, healths, attribution, self._node(snapshot))
         self.source.submitted()
+        self._save_held()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
         if self._nvlink_up.remember(snapshot.devices):
@@ -276,7 +288,31 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         """Read at the first run: the Agent gives a check its ID (which keys the cache) after making it."""
         return health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
 
+    @cached_property
+    def _held(self) -> HeldVerdicts:
+        """Read at the first run, as the NVLink memory is."""
+        return HeldVerdicts.loads(self.read_persistent_cache(HELD_VERDICTS), self.options.fault_hold)
+
+    def _save_held(self) -> None:
+        text = self._held.dumps()
+        if text != self._held_written:
+            self.write_persistent_cache(HELD_VERDICTS, text)
+            self._held_written = text
+
+    def _node(self, snapshot: Snapshot) -> NodeReport:
+        """The node's verdict, with what is held of earlier ones; after the GPUs' (it counts their holds)."""
+        verdict = self.node_judge.judge(snapshot)
+        self._held.judge_node(verdict.health, snapshot.timestamp)
+        self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
+        return NodeReport(verdict, self.options.expected_gpus, self._held.held_count, self._held.escalated_count)
+
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
+        """This run's verdict on the GPU, with what is held of earlier ones (held from the snapshot's time)."""
+        found = self._judge(device, snapshot, offered)
+        self._held.judge_gpu(device, found, snapshot.timestamp)
+        return found
+
+    def _judge(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         # By the GPU each event names, not by equal UUIDs: an event still finds a GPU the snapshot could
         # not name, and one that names no GPU is not given to every such GPU.
         events = [e for e in snapshot.events if snapshot.device_of(e) is device]

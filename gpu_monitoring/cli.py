@@ -21,12 +21,15 @@ from .summary import summarize, summary_lines
 
 HELP_WIDTH = 78
 USAGE_ERROR = 2  # argparse's own, and a configuration the check refuses
+CRITICAL_FOUND = 3
 # grpc's C core logs at INFO (a `chttp2_transport ... GOAWAY` line when a server closes a connection)
 # unless GRPC_VERBOSITY (grpc doc/environment_variables.md: DEBUG, INFO, ERROR, NONE) says otherwise;
 # it reads the variable when grpc is imported.
 GRPC_QUIET = {"GRPC_VERBOSITY": "NONE"}
 GRPC_NOTE = "gRPC's own logging is off: set GRPC_VERBOSITY=DEBUG (and GRPC_TRACE) to see it."
-CHECK_EXIT = "exit status: 0; 1 when a check run raised an error; 2 for a usage or configuration error."
+CHECK_EXIT = ("exit status: 0 when the last run's service checks are OK or WARNING; 1 when a check run raised an "
+              "error; 2 for a usage or configuration error; 3 when a service check of the last run is CRITICAL (a "
+              "GPU's device.health, the node's node.health, or a *.can_connect): a script can use it as a node check.")
 STATUS_EXIT = ("exit status: 0 when every *.can_connect service check (nvml, sidecar, kubelet) is OK or WARNING "
                "(WARNINGs are printed and still exit 0); 1 when one is CRITICAL, a run raised an error or nothing "
                "was read; 2 for a usage or configuration error.")
@@ -149,13 +152,14 @@ def write_metadata(path: Optional[str]) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     init_config, instances = _instances(args)
-    failed = False
+    failed = critical = False
     for instance in instances:
         result, errors = report.run(init_config, instance, args.runs)
         _write_errors(errors)
         failed |= bool(errors)
+        critical |= status.any_critical(result)
         print(json.dumps({"summary": summarize(result), **result}, indent=2) if args.json else _text(result, args))
-    return 1 if failed else 0
+    return 1 if failed else CRITICAL_FOUND if critical else 0
 
 
 def run_status(args: argparse.Namespace) -> int:

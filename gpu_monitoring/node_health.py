@@ -43,7 +43,10 @@ BYTES_PER_DATA_WORD = 4
 
 class NetworkExpectation(NamedTuple):
     ports: Optional[int]  # how many should be up at `rate`; None: no count is judged
-    rate: Optional[float]  # Gb/s; None: each port against the rate most of its peers run at
+    rate: Optional[float]  # the rate, in Gb/s, the expected ports should run at
+    # Whether every port should run at `rate` (the option set), not only the expected ones: a reference
+    # system's storage and management ports run at rates of their own, and are judged by their peers'.
+    every_port: bool = False
 
 
 def expectation(ports: Union[str, int], rate: Union[str, float], models: Sequence[Optional[str]]) -> NetworkExpectation:
@@ -52,6 +55,7 @@ def expectation(ports: Union[str, int], rate: Union[str, float], models: Sequenc
     return NetworkExpectation(
         ports=(len(models) if reference else None) if ports == "auto" else int(ports),
         rate=(REFERENCE_RATE if reference else None) if rate == "auto" else float(rate),
+        every_port=rate != "auto",
     )
 
 
@@ -164,7 +168,7 @@ def _missing(function: PciFunction, in_driver: Optional[set], in_nvml: set) -> O
 
 def _network(health: Health, ports: List[NetworkPort], wanted: NetworkExpectation,
              previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]]) -> None:
-    references = _reference_rates(ports, wanted.rate)
+    references = _reference_rates(ports, wanted.rate if wanted.every_port else None)
     for port in ports:
         reference = references.get(port.link_layer)
         if not _up(port):
@@ -191,8 +195,8 @@ def _expected_ports(health: Health, ports: List[NetworkPort], wanted: NetworkExp
 
 
 def _reference_rates(ports: List[NetworkPort], rate: Optional[float]) -> Dict[Optional[str], float]:
-    """The rate each link layer's ports are judged against: the expected rate, or else the rate most of
-    the node's up ports of that link layer run at (where at least two share it)."""
+    """The rate each link layer's ports are judged against: the rate every port should run at, or else
+    the rate most of the node's up ports of that link layer run at (where at least two share it)."""
     layers = {port.link_layer for port in ports}
     if rate is not None:
         return {layer: rate for layer in layers}

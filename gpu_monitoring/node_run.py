@@ -26,6 +26,7 @@ from .collectors.series import store
 from .collectors.thermal import Thermal
 from .driver_gpus import name_lost_devices, read_driver_gpus
 from .kube.allocations import AllocationReader
+from .node.hardware import HardwareReader
 from .nvml.device import Device
 from .nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
 from .nvml.events import EventWatcher, RawEvent
@@ -66,6 +67,7 @@ class NodeReader:
         watch_events: bool = True,
         unused: AbstractSet[str] = frozenset(),
         unused_parts: AbstractSet[str] = frozenset(),
+        sysfs_root: Optional[str] = None,
     ):
         self.session = session
         self.disabled = set(disabled)
@@ -79,6 +81,8 @@ class NodeReader:
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
         self._readings: Dict[Device, Readings] = {}  # each device's, for as long as the session lasts
+        # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root.
+        self.hardware = HardwareReader(sysfs_root, proc_root) if sysfs_root else None
         self._build_collectors()
         for collector in self.collectors:
             collector.unused, collector.unused_parts = unused, unused_parts
@@ -180,15 +184,18 @@ class NodeReader:
             name_lost_devices(devices, read_driver_gpus(self.proc_root))
         if self.events is not None:
             self.events.register([d for d in self.session.devices if d.handle is not None])
+        node = snapshot.Node(
+            driver_version=self.session.driver_version,
+            nvml_version=self.session.nvml_version,
+            cuda_driver_version=self.session.cuda_driver_version,
+            problems=self._problems(),
+        )
+        if self.hardware is not None:
+            self.hardware.read_into(node)
         return snapshot.Snapshot(
             allocations=self.allocations.read(_users(devices)) if self.allocations else snapshot.Allocations(),
             timestamp=time.time(),
-            node=snapshot.Node(
-                driver_version=self.session.driver_version,
-                nvml_version=self.session.nvml_version,
-                cuda_driver_version=self.session.cuda_driver_version,
-                problems=self._problems(),
-            ),
+            node=node,
             devices=devices,
             events=[snapshot.Event(**event.record()) for event in raw_events],
         )

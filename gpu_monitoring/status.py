@@ -14,6 +14,11 @@ NOT_WORKING = 1  # 2 is argparse's usage error, and the CLI's for a configuratio
 CAN_CONNECT = ".can_connect"
 
 
+def any_critical(report: Dict[str, list]) -> bool:
+    """Whether a service check of the run is CRITICAL: a GPU, the node, or what the check reads from."""
+    return any(check["status"] == Status.CRITICAL.name for check in report["service_checks"])
+
+
 def verdict(report: Dict[str, list], errors: List[str]) -> Tuple[int, str]:
     """The exit status and the line that explains it."""
     down = [check for check in report["service_checks"]

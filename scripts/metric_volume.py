@@ -1,12 +1,13 @@
-"""Series per GPU that each `metrics_profile` sends on every simulated scenario: the README's
-"Metric volume" table.
+"""Series per GPU that each `metrics_profile` sends on every simulated scenario, and the node's
+InfiniBand/RoCE port series, counted per node: the README's "Metric volume" table.
 
     python scripts/metric_volume.py     # print the markdown table
 
 Every series is a custom metric. A scenario's series per GPU are the distinct (metric, tags)
 series of its second run (the first has no rates nor GPM yet), the node's own series included,
-divided by the GPUs NVML sees. Each scenario runs with its defaults (its pods and prices) and
-the profile; the scenarios are those of the package's scenarios directory.
+divided by the GPUs NVML sees; a port's series (metrics.yaml scope `port`) grow with the node's
+network ports, not its GPUs, and are counted per node apart. Each scenario runs with its defaults
+(its pods and prices) and the profile; the scenarios are those of the package's scenarios directory.
 """
 
 import os
@@ -20,7 +21,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from datadog_checks.base.stubs import aggregator  # noqa: E402
 
 from gpu_monitoring import GpuMonitoringCheck  # noqa: E402
-from gpu_monitoring.metric_spec import PROFILES  # noqa: E402
+from gpu_monitoring.metric_spec import NAMESPACE, PROFILES, SPEC  # noqa: E402
 from gpu_monitoring.simulator.scenario import available  # noqa: E402
 
 RUNS = 2
@@ -39,7 +40,16 @@ class Volume:
 
     @property
     def per_gpu(self) -> float:
-        return len(self.series) / self.gpus
+        return sum(not _per_port(name) for name, _ in self.series) / self.gpus
+
+    @property
+    def port_series(self) -> int:
+        """The node's network port series, whatever its GPUs."""
+        return sum(_per_port(name) for name, _ in self.series)
+
+
+def _per_port(name: str) -> bool:
+    return SPEC[name[len(NAMESPACE) + 1:]].scope == "port"
 
 
 def measure(scenario: str, profile: str, runs: int = RUNS) -> Volume:
@@ -80,15 +90,18 @@ def volumes() -> Dict[str, Dict[str, Volume]]:
 
 
 def table(measured: Dict[str, Dict[str, Volume]]) -> str:
-    """The markdown table: a row per scenario, its GPUs and its series per GPU in each profile."""
+    """The markdown table: a row per scenario, its GPUs and its series per GPU in each profile, then
+    its network port series per node in each profile."""
     lines = [
-        "| scenario | GPUs | " + " | ".join(f"`{profile}`" for profile in PROFILES) + " |",
-        "|---|---:|" + "---:|" * len(PROFILES),
+        "| scenario | GPUs | " + " | ".join(f"`{profile}`" for profile in PROFILES)
+        + " | port series per node (" + " / ".join(PROFILES) + ") |",
+        "|---|---:|" + "---:|" * (len(PROFILES) + 1),
     ]
     for scenario, by_profile in measured.items():
         gpus = next(iter(by_profile.values())).gpus
         cells = [f"{by_profile[profile].per_gpu:.1f}" for profile in PROFILES]
-        lines.append(f"| `{scenario}` | {gpus} | " + " | ".join(cells) + " |")
+        ports = " / ".join(str(by_profile[profile].port_series) for profile in PROFILES)
+        lines.append(f"| `{scenario}` | {gpus} | " + " | ".join(cells) + f" | {ports} |")
     return "\n".join(lines) + "\n"
 
 

@@ -78,7 +78,7 @@ class DraNode:
         """The workload series the check submits for an attribution."""
         aggregator.reset()
         healths = {i: Health() for i in self.devices}
-        self.sim.check.submitter.submit(self.snapshot, healths, attribution)
+        self.sim.check.submitter.submit(self.snapshot, healths, attribution, self.sim.check._node(self.snapshot))
         return [dict(tag_dict(stub.tags), value=stub.value) for stub in self.sim.series("workload.cost.hourly")]
 
 

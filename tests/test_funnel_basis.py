@@ -4,10 +4,13 @@ gives it, then graphics-engine activity, then utilization.gpu, and the fleet ser
 from gpu_monitoring.attribution import Settings, attribute
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.health import Health
+from gpu_monitoring.node_health import NodeVerdict
 from gpu_monitoring.snapshot import Device, MigInstance, Node, Process, Snapshot
-from gpu_monitoring.submission import Submitter
+from gpu_monitoring.submission import NodeReport, Submitter
 
 from .conftest import tag_dict
+
+NO_NODE = NodeReport(NodeVerdict(Health(), None, []), None, 0, 0)
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -135,7 +138,7 @@ def test_each_fleet_series_says_its_basis(aggregator):
     snapshot = Snapshot(timestamp=0.0, node=Node(), devices=devices)
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{"kubernetes": False}])
     Submitter(check, ["team:ml"], lambda _entity: []).submit(
-        snapshot, {d.index: Health() for d in devices}, attribute(snapshot, None, Settings()))
+        snapshot, {d.index: Health() for d in devices}, attribute(snapshot, None, Settings()), NO_NODE)
     effective = aggregator.metrics("gpu_monitoring.fleet.devices.effective")
     by_basis = {tag_dict(m.tags)["activity_source"]: m for m in effective}
     assert set(by_basis) == {"dcgm", "utilization"}

@@ -113,11 +113,24 @@ def test_without_the_driver_record_the_other_layers_still_judge():
     ([H100] * 4, None, None), (["NVIDIA H100 PCIe"] * 8, None, None), ([H100] * 7 + ["NVIDIA B200"], None, None),
 ])
 def test_auto_expects_one_400g_port_per_gpu_on_reference_systems_only(models, ports, rate):
-    assert expectation("auto", "auto", models) == (ports, rate)
+    assert expectation("auto", "auto", models) == (ports, rate, False)
 
 
 def test_configured_expectations_win():
-    assert expectation(4, 200, [H100] * 8) == (4, 200.0)
+    assert expectation(4, 200, [H100] * 8) == (4, 200.0, True)
+
+
+def test_on_a_reference_system_ports_beside_the_compute_ones_are_judged_by_their_peers():
+    all_gpus = [f"0000:{0x18 + i:02x}:00.0" for i in range(8)]
+    storage = [port("mlx5_8", rate=100.0, layer="Ethernet"), port("mlx5_9", rate=100.0, layer="Ethernet")]
+    verdict = judge().judge(snapshot([gpu_function(a) for a in all_gpus], all_gpus, all_gpus, ib_ports() + storage))
+    assert verdict.health.status is Status.OK
+
+
+def test_an_expected_rate_set_applies_to_every_port():
+    ports = [port("mlx5_0"), port("eth0", rate=100.0, layer="Ethernet")]
+    verdict = judge(expected_rate=400).judge(snapshot(ports=ports))
+    assert verdict.health.reasons == ["port eth0/1 (ib0) runs at 100 Gb/s, below 400 Gb/s"]
 
 
 def ib_ports(**changes):

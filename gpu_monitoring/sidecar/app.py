@@ -37,12 +37,14 @@ class Sidecar:
         journal_wait: float = 30.0,
         pod_cache_ttl: float = DEFAULT_TTL,
         dcgm_exporter_url: Optional[str] = None,
+        sysfs_root: Optional[str] = "/sys",
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
         self.session_lock = threading.Lock()
         allocations = AllocationReader(pod_resources_socket, ttl=pod_cache_ttl) if pod_resources_socket else None
-        self.reader = NodeReader(self.session, proc_root=proc_root, allocations=allocations, watch_events=False)
+        self.reader = NodeReader(self.session, proc_root=proc_root, allocations=allocations, watch_events=False,
+                                 sysfs_root=sysfs_root)
         self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart)
         self.readiness = NvmlReadiness(self.session, self.session_lock)

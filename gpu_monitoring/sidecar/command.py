@@ -27,6 +27,10 @@ def add_parsers(commands) -> None:
                          help="directory of the event journal (default %(default)s)")
     sidecar.add_argument("--proc-root", default="/proc", metavar="DIR",
                          help="where process names and cgroups are read (default %(default)s)")
+    sidecar.add_argument("--sysfs-root", default="/sys", metavar="DIR",
+                         help="where the kernel's sysfs is read: the NVIDIA functions on the PCI bus (GPUs the driver "
+                              "or NVML misses) and the InfiniBand and RoCE ports (default %(default)s; in a container, "
+                              "the host's /sys mounted read-only)")
     sidecar.add_argument("--pod-resources-socket", metavar="PATH",
                          help=f"the kubelet's pod-resources socket; connecting to it needs uid 0 (default "
                               f"{DEFAULT_POD_RESOURCES}, read in a pod or where it exists; with --simulate, the "
@@ -82,7 +86,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {too_long}\n")
         return 1
     requested = args.pod_resources_socket
-    library, proc_root, node = args.nvml_library_path, args.proc_root, None
+    library, proc_root, sysfs_root, node = args.nvml_library_path, args.proc_root, args.sysfs_root, None
     pod_resources = requested or DEFAULT_POD_RESOURCES
     if args.simulate:
         try:
@@ -91,14 +95,14 @@ def run_sidecar(args: argparse.Namespace) -> int:
             sys.stderr.write(f"gpu-monitoring sidecar: {e}\n")
             return 2
         options = node.start()
-        library, proc_root = node.nvml.library, options["proc_root"]
+        library, proc_root, sysfs_root = node.nvml.library, options["proc_root"], options.get("sysfs_root", sysfs_root)
         # A scenario with pods serves its own pod-resources; one without reads only a socket given here.
         pod_resources = options.get("pod_resources_socket", requested)
     try:
         try:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
                               journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl,
-                              dcgm_exporter_url=args.dcgm_exporter_url)
+                              dcgm_exporter_url=args.dcgm_exporter_url, sysfs_root=sysfs_root)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
             sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")

@@ -12,7 +12,10 @@ from ..health import Health
 from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
 from ..snapshot import Device, MigInstance, Process, Snapshot
 from .events import submit_xids
+from .node import NodeReport, submit_node
 from .tags import HolderTags, claim_tags, device_name, device_tags, merge, mig_tags, process_tags
+
+__all__ = ["NodeReport", "Submitter"]
 
 HEALTH_CHECK = "device.health"
 PROCESS_METRICS = {
@@ -41,10 +44,12 @@ class Submitter:
         self._part_submitters = _submitters(check, sent_in(profile, parts=True))
         self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if name in sent}
 
-    def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution) -> None:
+    def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution,
+               node: NodeReport) -> None:
         # Asked anew each run: what the tagger knows of a container can change from one to the next.
         self._holder_tags = HolderTags(self.tagger)
         self.send("devices.count", len(snapshot.devices), self.base_tags)
+        submit_node(self.check, self.send, node, self.base_tags)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
             own, held = self._device(device, snapshot, healths[device.index], attribution)

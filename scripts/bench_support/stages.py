@@ -27,6 +27,7 @@ def table(scenario: str, rounds: int) -> Table:
         attribution = attribute(snapshot, pods, check.settings)
         healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered)
                    for d in snapshot.devices}
+        node = check._node(snapshot)
         stages: Dict[str, Callable[[], object]] = {
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
@@ -34,7 +35,8 @@ def table(scenario: str, rounds: int) -> Table:
             "attribution": lambda: attribute(snapshot, pods, check.settings),
             "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered)
                                for d in snapshot.devices],
-            "submission": lambda: check.submitter.submit(snapshot, healths, attribution),
+            "node health": lambda: check._node(snapshot),
+            "submission": lambda: check.submitter.submit(snapshot, healths, attribution, node),
         }
         measured: Dict[str, List[float]] = {name: [] for name in stages}
         for _ in range(rounds):
@@ -43,7 +45,7 @@ def table(scenario: str, rounds: int) -> Table:
     ms = {name: median_ms(seconds) for name, seconds in measured.items()}
     floor_ms = ms["floor: the same series submitted as gauges"]
     ms["submission beyond the floor"] = ms["submission"] - floor_ms
-    parts = ("reading the node", "attribution", "health", "submission")
+    parts = ("reading the node", "attribution", "health", "node health", "submission")
     ms["whole run less its stages"] = ms["whole run"] - sum(ms[name] for name in parts)
     beyond = ms["whole run"] - floor_ms
     return Table(

@@ -1,0 +1,36 @@
+"""The node's own series and its health service check: GPUs on the PCI bus and expected, held
+verdicts, escalated GPUs, each InfiniBand/RoCE port's series, and `node.health`."""
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from datadog_checks.base import AgentCheck
+
+from ..node_health import NodeVerdict
+
+NODE_HEALTH_CHECK = "node.health"
+
+
+@dataclass
+class NodeReport:
+    verdict: NodeVerdict
+    expected_gpus: Optional[int]
+    held: int  # verdicts held on the node, its GPUs' and its own
+    escalated: int  # GPUs that needed a reset too often
+
+
+def submit_node(check: AgentCheck, send: Callable[[str, float, List[str]], None], report: NodeReport,
+                tags: List[str]) -> None:
+    """`send` submits one series if the metrics profile sends it."""
+    verdict = report.verdict
+    if verdict.gpus_on_bus is not None:
+        send("node.gpus.pci", verdict.gpus_on_bus, tags)
+    if report.expected_gpus is not None:
+        send("node.gpus.expected", report.expected_gpus, tags)
+    send("node.verdicts.held", report.held, tags)
+    send("node.gpus.escalated", report.escalated, tags)
+    for port_tags, values in verdict.ports:
+        series_tags = tags + port_tags
+        for name, value in values.items():
+            send(name, value, series_tags)
+    check.service_check(NODE_HEALTH_CHECK, verdict.health.status, tags=tags, message=verdict.health.message or None)
