@@ -5,6 +5,7 @@ that other deployment files must agree with; validation against the Kubernetes J
 way from its vendored copy."""
 
 import copy
+import json
 import posixpath
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import kubernetes_validate
 import pytest
 import yaml
+
+from gpu_monitoring import driver_gpus
+from gpu_monitoring.node import boot, infiniband, pci
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -31,6 +35,10 @@ K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 POD_RESOURCES_HOST_DIR = "/var/lib/kubelet/pod-resources"
+# What the check and the sidecar read below their sysfs root and below their proc root besides the
+# processes: what each deployment must leave readable.
+SYSFS_READS = (pci.DEVICES_DIRECTORY, infiniband.INFINIBAND_DIRECTORY)
+PROC_READS = (boot.BOOT_ID, driver_gpus.GPUS_DIRECTORY)
 
 
 def chart_values() -> Dict[str, Any]:
@@ -42,22 +50,29 @@ def chart_socket_path() -> str:
     return posixpath.join(sidecar["socketDir"], sidecar["socketName"])
 
 
-def render_raw(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+def render_raw(values: Optional[Dict[str, Any]] = None, kube_version: Optional[str] = None) -> Dict[str, str]:
+    """The chart's templates as `helm template` renders them; for the cluster version `kube_version`
+    ("v1.29.0", `--kube-version`) where given, else for the Kubernetes release Helm was built with."""
+    release = {"name": "gpu", "namespace": "monitoring"}
     with helm.Chart.load(CHART) as chart:
-        return chart.render(values or {}, name="gpu", namespace="monitoring")
+        if kube_version is None:
+            return chart.render(values or {}, **release)
+        # Chart.render passes no kube_version through; the native render it calls takes one.
+        options = json.dumps(dict(release, kube_version=kube_version))
+        return json.loads(helm._native.call_string("helm_render", chart._raw(), json.dumps(values or {}), options))
 
 
-def render(values: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+def render(values: Optional[Dict[str, Any]] = None, kube_version: Optional[str] = None) -> List[Dict[str, Any]]:
     objects = []
-    for path, text in sorted(render_raw(values).items()):
+    for path, text in sorted(render_raw(values, kube_version).items()):
         if path.endswith("NOTES.txt"):
             continue
         objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
     return objects
 
 
-def daemonset(values: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    (found,) = [obj for obj in render(values) if obj["kind"] == "DaemonSet"]
+def daemonset(values: Optional[Dict[str, Any]] = None, kube_version: Optional[str] = None) -> Dict[str, Any]:
+    (found,) = [obj for obj in render(values, kube_version) if obj["kind"] == "DaemonSet"]
     return found
 
 

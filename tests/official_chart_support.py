@@ -110,6 +110,14 @@ def values_file_renders() -> Dict[Path, Render]:
     return {path: Render(values_of(path), render_datadog(values_of(path))) for path in VALUES_FILES}
 
 
+def overlapping_mounts(container: Dict[str, Any], declared: Dict[str, Any]) -> List[str]:
+    """The paths of the container's other mounts at, above or below `declared`'s: a mount there hides,
+    or is hidden by, part of the other."""
+    path = declared["mountPath"].rstrip("/")
+    others = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts", []) if m != declared]
+    return [o for o in others if o == path or path.startswith(o + "/") or o.startswith(path + "/")]
+
+
 def env_of(container: Dict[str, Any]) -> Dict[str, Any]:
     return {e["name"]: e.get("value") for e in container.get("env", [])}
 

@@ -19,6 +19,7 @@ from .deploy_support import (
     GPU_TOLERATION,
     K8S_VERSIONS,
     POD_RESOURCES_HOST_DIR,
+    SYSFS_READS,
     chart_socket_path,
     chart_values,
     validate,
@@ -83,6 +84,9 @@ def test_datadog_values_sidecar_mode():
     assert GPU_TOLERATION in values["agents"]["tolerations"]
     # Sidecar mode keeps the Agent pod off the NVIDIA runtime.
     assert "gpuMonitoring" not in values["datadog"]
+    # The sidecar reads sysfs, not the check: no sysfs_root, no /sys in the Agent pod.
+    assert "sysfs_root" not in instance
+    assert all(v.get("hostPath", {}).get("path") != "/sys" for v in values["agents"]["volumes"])
 
 
 def test_datadog_values_local_mode():
@@ -95,7 +99,18 @@ def test_datadog_values_local_mode():
 
     # The chart's own pod-resources mount (datadog.gpuMonitoring) has the host path in the container.
     assert instance["pod_resources_socket"] == POD_RESOURCES_HOST_DIR + "/kubelet.sock"
-    assert "volumeMounts" not in values["agents"] and "volumes" not in values["agents"]
+
+    # The check reads the host's /sys, mounted read-only (submounts too where the runtime can) at
+    # sysfs_root, clear of /host/sys where the chart mounts the host's cgroups.
+    assert instance["sysfs_root"] == "/host/sysfs"
+    (volume,) = values["agents"]["volumes"]
+    assert volume["hostPath"] == {"path": "/sys", "type": "Directory"}
+    (mount,) = values["agents"]["volumeMounts"]
+    for directory in SYSFS_READS:
+        assert values_mount(values, posixpath.join(instance["sysfs_root"], *directory)) == (mount, volume)
+    assert mount["mountPath"] == instance["sysfs_root"]
+    assert mount["readOnly"] is True and mount["recursiveReadOnly"] == "IfPossible"
+    assert "mountPropagation" not in mount
 
     gpu = values["datadog"]["gpuMonitoring"]
     assert gpu["enabled"] is True and gpu["runtimeClassName"] == "nvidia"

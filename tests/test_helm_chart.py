@@ -16,6 +16,7 @@ from .deploy_support import (
     K8S_VERSIONS,
     POD_RESOURCES_HOST_DIR,
     ROOT,
+    SYSFS_READS,
     chart_socket_path,
     chart_values,
     daemonset,
@@ -165,6 +166,26 @@ def test_host_directories():
         assert not mount.get("readOnly")
         assert volumes[mount["name"]]["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
 
+    # The host's sysfs, read-only, submounts included where the runtime can; recursiveReadOnly
+    # refuses any mount propagation but None.
+    sysfs = mounts[chart_values()["sidecar"]["sysfsRoot"]]
+    assert sysfs["mountPath"] == "/host/sys"
+    assert sysfs["readOnly"] is True and sysfs["recursiveReadOnly"] == "IfPossible"
+    assert "mountPropagation" not in sysfs
+    assert volumes[sysfs["name"]]["hostPath"] == {"path": "/sys", "type": "Directory"}
+
+
+@needs_helm
+def test_the_sidecar_writes_only_its_socket_and_state_directories_on_the_host():
+    ds = daemonset()
+    volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
+    writable = [
+        volumes[m["name"]]["hostPath"]["path"]
+        for m in sidecar_container(ds)["volumeMounts"]
+        if "hostPath" in volumes[m["name"]] and not m.get("readOnly")
+    ]
+    assert sorted(writable) == ["/var/lib/gpu-monitoring", "/var/run/gpu-monitoring"]
+
 
 @needs_helm
 def test_command_and_paths_match_the_mounts():
@@ -192,6 +213,13 @@ def test_command_and_paths_match_the_mounts():
 
     assert args["--proc-root"] == "/proc"  # the host's, through hostPID
     assert "--simulate" not in args
+
+    # What the sidecar reads below --sysfs-root is on the host's /sys.
+    assert args["--sysfs-root"] == "/host/sys"
+    for directory in SYSFS_READS:
+        mount, volume = mount_for(ds, container, posixpath.join(args["--sysfs-root"], *directory))
+        assert mount["mountPath"] == args["--sysfs-root"]
+        assert mount["readOnly"] is True and volume["hostPath"]["path"] == "/sys"
 
 
 @needs_helm
@@ -287,6 +315,35 @@ def test_moved_socket_moves_everything_with_it():
     assert container["livenessProbe"]["exec"]["command"][-1] == socket
     mount, volume = mount_for(ds, container, socket)
     assert mount["mountPath"] == volume["hostPath"]["path"] == "/run/gpu-mon"
+
+
+@needs_helm
+def test_moved_sysfs_root_moves_the_mount_with_it():
+    ds = daemonset({"sidecar": {"sysfsRoot": "/hostfs/sys/"}})
+    container = sidecar_container(ds)
+    assert options(container["args"])["--sysfs-root"] == "/hostfs/sys"
+    mount, volume = mount_for(ds, container, "/hostfs/sys/class/infiniband")
+    assert mount["mountPath"] == "/hostfs/sys" and volume["hostPath"]["path"] == "/sys"
+
+
+@needs_helm
+def test_an_empty_sysfs_root_is_refused():
+    with pytest.raises(helm.HelmRenderError, match="sidecar.sysfsRoot"):
+        render({"sidecar": {"sysfsRoot": ""}})
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    "kube_version,schema,recursive",
+    [("v1.25.0", "1.25", False), ("v1.29.9", "1.29", False), ("v1.30.0", "1.30", True), ("v1.33.1", "1.33", True)],
+)
+def test_the_host_sysfs_is_recursively_read_only_where_the_cluster_has_the_field(kube_version, schema, recursive):
+    # recursiveReadOnly came with Kubernetes 1.30; the API of an older cluster refuses the field.
+    ds = daemonset(kube_version=kube_version)
+    mount, _ = mount_for(ds, sidecar_container(ds), "/host/sys/bus/pci/devices")
+    assert mount["readOnly"] is True
+    assert mount.get("recursiveReadOnly") == ("IfPossible" if recursive else None)
+    validate(ds, schema)
 
 
 @needs_helm

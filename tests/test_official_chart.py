@@ -20,22 +20,27 @@ from .deploy_support import (
     GPU_TOLERATION,
     K8S_VERSIONS,
     POD_RESOURCES_HOST_DIR,
+    PROC_READS,
+    SYSFS_READS,
     chart_socket_path,
     chart_values,
     daemonset,
     datadog_chart_defaults,
     dockerfile_args,
+    merge_values,
     needs_datadog_chart,
     pod_spec,
     render_datadog,
     validate,
 )
 from .official_chart_support import (
+    FEATURES,
     VALUES_FILES,
     Render,
     all_containers,
     builtin_gpu_check_enabled,
     env_of,
+    overlapping_mounts,
     values_file_renders,
     values_of,
 )
@@ -92,6 +97,14 @@ def local_confd(r: Render) -> None:
     # kubernetes: true reads the kubelet at the host the Agent is given.
     assert r.instance["kubernetes"] is True
     assert "DD_KUBERNETES_KUBELET_HOST" in env_of(r.agent)
+    # The boot ID and the driver's GPU list are on the host's /proc too.
+    for path in PROC_READS:
+        assert r.mount_of(r.agent, posixpath.join(r.instance["proc_root"], *path))[1]["hostPath"]["path"] == "/proc"
+    # sysfs_root is the host's /sys, read-only, for everything the check reads below it.
+    for directory in SYSFS_READS:
+        mount, volume = r.mount_of(r.agent, posixpath.join(r.instance["sysfs_root"], *directory))
+        assert mount["mountPath"] == r.instance["sysfs_root"]
+        assert mount["readOnly"] is True and volume["hostPath"]["path"] == "/sys"
 
 
 def image_repository(r: Render) -> None:
@@ -135,6 +148,21 @@ def socket_volume_mounts(r: Render) -> None:
     assert with_mount == set(r.containers) and "agent" in with_mount
     assert not any(declared in c["volumeMounts"] for c in r.init_containers.values())
     assert declared["readOnly"] is True
+
+
+def sysfs_volume(r: Render) -> None:
+    (declared,) = r.values["agents"]["volumes"]
+    assert r.volume(declared["name"]) == declared
+    assert declared["hostPath"] == {"path": "/sys", "type": "Directory"}
+
+
+def sysfs_volume_mounts(r: Render) -> None:
+    (declared,) = r.values["agents"]["volumeMounts"]
+    assert declared["mountPath"] == r.instance["sysfs_root"]
+    assert declared["readOnly"] is True and declared["recursiveReadOnly"] == "IfPossible"
+    # Every Agent container gets it as it is, no init container does.
+    assert all(declared in c["volumeMounts"] for c in r.containers.values())
+    assert not any(declared in c.get("volumeMounts", []) for c in r.init_containers.values())
 
 
 def tolerations(r: Render) -> None:
@@ -192,6 +220,8 @@ KEY_CHECKS: Dict[Path, Dict[Tuple[str, ...], Callable[[Render], None]]] = {
         ("agents", "image", "tag"): image_tag,
         ("agents", "image", "tagSuffix"): image_tag_suffix,
         ("agents", "containers", "agent", "env"): agent_env,
+        ("agents", "volumes"): sysfs_volume,
+        ("agents", "volumeMounts"): sysfs_volume_mounts,
         ("agents", "tolerations"): tolerations,
         ("agents", "affinity"): affinity,
     },
@@ -277,6 +307,20 @@ def test_sidecar_mode_keeps_the_agent_pod_off_the_nvidia_runtime(renders):
         assert not {"NVIDIA_VISIBLE_DEVICES", "DD_GPU_ENABLED"} & set(env_of(container)), container["name"]
 
 
+
+
+def test_local_mode_sysfs_is_alone_at_its_path_in_every_agent_container():
+    """With every chart feature that adds a container on, the host's /sys still overlaps no chart
+    mount; at /host/sys it would sit above the host's cgroups, which the chart mounts at
+    /host/sys/fs/cgroup."""
+    values = merge_values(FEATURES, values_of(DATADOG_VALUES_LOCAL))
+    r = Render(values, render_datadog(values))
+    (declared,) = values["agents"]["volumeMounts"]
+    assert len(r.containers) > 3
+    for name, container in r.containers.items():
+        assert declared in container["volumeMounts"], name
+        assert overlapping_mounts(container, declared) == [], name
+    assert overlapping_mounts(r.agent, dict(declared, mountPath="/host/sys")) == ["/host/sys/fs/cgroup"]
 
 
 def test_the_agent_connects_to_the_sidecar_socket_as_its_owner(renders):

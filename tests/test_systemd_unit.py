@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, List
 
-from .deploy_support import DEPLOY, chart_socket_path, options
+from .deploy_support import DEPLOY, PROC_READS, SYSFS_READS, chart_socket_path, options
 
 UNIT = DEPLOY / "systemd" / "gpu-monitoring-sidecar.service"
 
@@ -58,6 +58,32 @@ def test_systemd_unit():
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
 
+def hidden_paths(service: Dict[str, str]) -> List[str]:
+    """Paths the unit's sandbox makes unreadable (systemd.exec(5)): InaccessiblePaths= entries,
+    TemporaryFileSystem= mount points (an empty tmpfs over them), and with ProcSubset=pid all of
+    /proc but the processes' directories (everything this test asks for in /proc is outside them)."""
+    hidden = shlex.split(service.get("InaccessiblePaths", ""))
+    hidden += [entry.split(":")[0] for entry in shlex.split(service.get("TemporaryFileSystem", ""))]
+    if service.get("ProcSubset") == "pid":
+        hidden.append("/proc")
+    return [path.lstrip("-+") for path in hidden]
+
+
+def test_the_unit_reads_the_hosts_sysfs_and_proc_and_writes_neither():
+    service = {key: values[-1] for key, values in systemd_unit(UNIT)["Service"].items()}
+    sysfs_root = options(shlex.split(service["ExecStart"]))["--sysfs-root"]
+    assert sysfs_root == "/sys"
+    read = [posixpath.join(sysfs_root, *directory) for directory in SYSFS_READS]
+    read += [posixpath.join("/proc", *path) for path in PROC_READS]
+    for path in read:
+        assert not any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden_paths(service)), path
+    # Read-only, not hidden: ProtectKernelTunables= covers /sys and /proc/sys, ProtectControlGroups=
+    # /sys/fs/cgroup; ProtectSystem=strict leaves those API file systems to them.
+    assert service["ProtectKernelTunables"] == "yes"
+    assert service["ProtectControlGroups"] == "yes"
+    assert not any(p == "/sys" or p.startswith(("/sys/", "/proc")) for p in service["ReadWritePaths"].split())
+
+
 def test_systemd_readme_installs_what_the_unit_runs():
     readme = (DEPLOY / "systemd" / "README.md").read_text()
     unit = systemd_unit(UNIT)
@@ -65,3 +91,5 @@ def test_systemd_readme_installs_what_the_unit_runs():
     assert "useradd" in readme and unit["Service"]["User"][-1] in readme
     assert f"systemctl enable --now {UNIT.stem}" in readme
     assert "source: sidecar" in readme and f"sidecar_socket: {chart_socket_path()}" in readme
+    sysfs_root = options(shlex.split(unit["Service"]["ExecStart"][-1]))["--sysfs-root"]
+    assert f"`--sysfs-root {sysfs_root}`" in readme and "`ProtectKernelTunables=`" in readme
