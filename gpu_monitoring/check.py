@@ -19,12 +19,13 @@ from .kube.allocations import AllocationReader
 from .kube.kubelet import KubeletClient, KubeletError
 from .kube.pod_list import PodInfo
 from .metric_spec import SPEC, sent_in
+from .node.hardware import HardwareReader
 from .node_health import NodeJudge
 from .nvml.errors import NvmlError
 from .service_checks import ReasonedServiceCheck, Status
 from .settings import CheckSettings, derive
 from .sidecar.client import SidecarClient, SidecarUnavailable
-from .snapshot import Allocations, Device, Snapshot
+from .snapshot import Allocations, Device, Node, Snapshot
 from .sources import LocalSource, SidecarSource
 from .submission import NodeReport, Submitter
 
@@ -143,6 +144,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         snapshot = self._read_node()
         if snapshot is None:
             self._kubernetes_without_gpus()
+            self._node_without_nvml()
             return
         self._report_versions(snapshot)
         pods = self._pods(snapshot.allocations)
@@ -219,6 +221,25 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
                 self.set_metadata(name, value)
 
     # --- Kubernetes -------------------------------------------------------------------
+
+    def _node_without_nvml(self) -> None:
+        """In local mode, a run whose NVML cannot be read still judges the node from sysfs and the driver's
+        record: a driver that brought up none of the GPUs on the bus is the node's fault to tell."""
+        if self.options.source != "local":
+            return
+        node = Node()
+        self._hardware.read_into(node)
+        snapshot = Snapshot(timestamp=time.time(), node=node)
+        verdict = self.node_judge.judge(snapshot, nvml_read=False)
+        self._held.booted(node.boot_id)
+        self._held.judge_node(verdict.health, snapshot.timestamp)
+        self.submitter.submit_node(NodeReport(verdict, self.options.expected_gpus, self._held.held_count,
+                                              self._held.escalated_count))
+        self._save_held()
+
+    @cached_property
+    def _hardware(self) -> HardwareReader:
+        return HardwareReader(self.options.sysfs_root, self.options.proc_root)
 
     def _kubernetes_without_gpus(self) -> None:
         """No GPU could be read this run. In local mode pod-resources is still read, so that the

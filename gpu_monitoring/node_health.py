@@ -81,9 +81,11 @@ class NodeJudge:
         self.exclude = list(exclude)
         self._previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]] = {}
 
-    def judge(self, snapshot: Snapshot) -> NodeVerdict:
+    def judge(self, snapshot: Snapshot, nvml_read: bool = True) -> NodeVerdict:
+        """`nvml_read` False: NVML could not be read this run (its own service check says why), so the
+        GPUs on the bus are judged against the driver's record alone."""
         health = Health()
-        on_bus = self._gpus(health, snapshot)
+        on_bus = self._gpus(health, snapshot, nvml_read)
         ports = [p for p in snapshot.node.network_ports or () if not self._excluded(p)]
         models = [device.name for device in snapshot.devices]
         wanted = expectation(self.expected_ports, self.expected_rate, models)
@@ -97,16 +99,17 @@ class NodeJudge:
         names = [port.device, f"{port.device}/{port.port}"] + ([port.netdev] if port.netdev else [])
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.exclude for name in names)
 
-    def _gpus(self, health: Health, snapshot: Snapshot) -> Optional[int]:
-        node, listed = snapshot.node, len(snapshot.devices)
+    def _gpus(self, health: Health, snapshot: Snapshot, nvml_read: bool) -> Optional[int]:
+        node = snapshot.node
         if node.pci_functions is None:
             health.add(Status.WARNING, f"sysfs_root {self.sysfs_root} cannot be read ({node.sysfs_problem}): GPUs "
                                        "missing from the PCI bus cannot be seen")
             on_bus = None
         else:
-            on_bus = _gpus_on_bus(health, snapshot, self.sysfs_root)
-        if self.expected_gpus is not None and listed < self.expected_gpus:
-            health.add(Status.CRITICAL, f"{self.expected_gpus} GPUs expected, {listed} found")
+            on_bus = _gpus_on_bus(health, snapshot, self.sysfs_root, nvml_read)
+        found = len(snapshot.devices) if nvml_read else on_bus
+        if self.expected_gpus is not None and found is not None and found < self.expected_gpus:
+            health.add(Status.CRITICAL, f"{self.expected_gpus} GPUs expected, {found} found")
         return on_bus
 
     def _series(self, port: NetworkPort, timestamp: float) -> PortSeries:
@@ -123,9 +126,9 @@ class NodeJudge:
         return _port_tags(port), values
 
 
-def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str) -> int:
-    """Judges each NVIDIA GPU on the PCI bus against the driver's record and NVML's list; returns how many
-    are on the bus for this host (not those passed to virtual machines)."""
+def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str, nvml_read: bool) -> int:
+    """Judges each NVIDIA GPU on the PCI bus against the driver's record and, where it was read, NVML's list;
+    returns how many are on the bus for this host (not those passed to virtual machines)."""
     node = snapshot.node
     gpus = [f for f in node.pci_functions or () if f.kind == "gpu"]
     if not gpus and snapshot.devices:
@@ -133,7 +136,7 @@ def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str) -> int:
                                    f"{len(snapshot.devices)}: it is not the host's sysfs (mount the host's /sys "
                                    "read-only and point sysfs_root at it)")
         return 0
-    in_nvml = {nvml_bus_id(d.pci_bus_id) for d in snapshot.devices if d.pci_bus_id}
+    in_nvml = {nvml_bus_id(d.pci_bus_id) for d in snapshot.devices if d.pci_bus_id} if nvml_read else None
     in_driver = None if node.driver_gpus is None else {nvml_bus_id(bus_id) for bus_id in node.driver_gpus}
     here = [f for f in gpus if f.driver != PASSED_TO_VM]
     for function in gpus:
@@ -144,12 +147,12 @@ def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str) -> int:
         if function.driver == PASSED_TO_VM:
             health.add(Status.OK, f"{function.address} is bound to {PASSED_TO_VM}: passed to a virtual machine, "
                                   "not missing")
-    if len(snapshot.devices) != len(here):
+    if nvml_read and len(snapshot.devices) != len(here):
         health.add(Status.CRITICAL, f"NVML lists {len(snapshot.devices)} GPUs, {len(here)} are on the PCI bus")
     return len(here)
 
 
-def _missing(function: PciFunction, in_driver: Optional[set], in_nvml: set) -> Optional[str]:
+def _missing(function: PciFunction, in_driver: Optional[set], in_nvml: Optional[set]) -> Optional[str]:
     """Why a GPU on the bus does not reach NVML, layer by layer; None where it does (or is a VM's)."""
     address = function.address
     if function.driver is None:
@@ -161,7 +164,7 @@ def _missing(function: PciFunction, in_driver: Optional[set], in_nvml: set) -> O
     bus_id = nvml_bus_id(address)
     if in_driver is not None and bus_id not in in_driver:
         return f"{address} is bound to {NVIDIA_DRIVER} but the driver did not set it up (not in its GPU record)"
-    if bus_id not in in_nvml:
+    if in_nvml is not None and bus_id not in in_nvml:
         return f"{address} is in the driver's record but NVML does not list it"
     return None
 

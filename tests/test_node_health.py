@@ -198,3 +198,10 @@ def test_a_port_is_excluded_by_device_port_or_netdev(pattern):
 def test_a_node_without_infiniband_has_no_network_series_nor_reasons():
     verdict = judge(expected_ports=8).judge(snapshot(ports=None))
     assert verdict.ports == [] and verdict.health.status is Status.OK
+
+
+def test_without_nvml_the_bus_is_judged_against_the_driver_record_alone():
+    taken = snapshot(in_nvml=[], in_driver=ADDRESSES[:3])
+    verdict = judge(expected_gpus=4).judge(taken, nvml_read=False)
+    assert verdict.health.reasons == [
+        "0000:5d:00.0 is bound to nvidia but the driver did not set it up (not in its GPU record)"]

@@ -49,7 +49,7 @@ class Submitter:
         # Asked anew each run: what the tagger knows of a container can change from one to the next.
         self._holder_tags = HolderTags(self.tagger)
         self.send("devices.count", len(snapshot.devices), self.base_tags)
-        submit_node(self.check, self.send, node, self.base_tags)
+        self.submit_node(node)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
             own, held = self._device(device, snapshot, healths[device.index], attribution)
@@ -59,6 +59,10 @@ class Submitter:
         self._fleet(attribution)
         by_uuid = {d.uuid: held_tags[(d.index, None)] for d in snapshot.devices}
         submit_xids(self.check, snapshot, by_uuid, self.base_tags)
+
+    def submit_node(self, node: NodeReport) -> None:
+        """The node's own series and health: with the GPUs' each run, or alone where NVML cannot be read."""
+        submit_node(self.check, self.send, node, self.base_tags)
 
     def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> tuple:
         """Submits a GPU's and its MIG instances' series. Returns their own tags, which workload and
