@@ -15,6 +15,7 @@ from .collectors.base import Collector
 from .collectors.c2c import C2c
 from .collectors.clocks import Clocks
 from .collectors.fabric import Fabric
+from .collectors.inventory import Inventory
 from .collectors.memory import Memory
 from .collectors.memory_errors import MemoryErrors
 from .collectors.mig import Mig
@@ -106,6 +107,7 @@ class NodeReader:
             "c2c": C2c(),
             "recovery": Recovery(),
             "memory_errors": MemoryErrors(),
+            "inventory": Inventory(),
             "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),
         }
         self.collectors: List[Collector] = [per_device[name] for name in enabled]

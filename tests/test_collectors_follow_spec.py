@@ -15,7 +15,7 @@ from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.snapshot import Device, Snapshot
 
 # Device-scope metrics that submission makes (prices, processes left out by max_processes), not a collector.
-SUBMITTED_NOT_COLLECTED = {"cost.hourly", "cost.idle_hourly", "processes.omitted"}
+SUBMITTED_NOT_COLLECTED = {"cost.hourly", "cost.idle_hourly", "processes.omitted", "device.persistence_mode"}
 
 
 def test_a_misspelt_metric_fails_where_it_is_declared():

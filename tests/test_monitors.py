@@ -37,6 +37,8 @@ SERVICE_CHECK_QUERY = re.compile(
     r"\.last\((?P<last>\d+)\)\.count_by_status\(\)$"
 )
 MONITOR_FIELDS = {"name", "type", "query", "message", "tags", "options", "priority"}
+# Functions that count a query's groups into one series: a monitor of them is a simple alert.
+COUNTING = re.compile(r"\bcount_(?:nonzero|not_null)\(")
 
 
 def _monitor_files(monitor_type: str) -> List[Path]:
@@ -47,6 +49,8 @@ def monitor_group_keys(monitor: dict) -> List[str]:
     if monitor["type"] == "service check":
         match = SERVICE_CHECK_QUERY.match(monitor["query"])
         return [key.strip().strip('"') for key in match["by"].split(",")]
+    if COUNTING.search(monitor["query"]):
+        return []
     groups = {tuple(ref.by) for ref in metric_refs(monitor["query"])}
     assert len(groups) == 1, f"the series of a formula must be grouped alike: {groups}"
     return list(groups.pop())
@@ -147,6 +151,10 @@ def test_monitor_message_tells_what_to_do(path):
     used = set(re.findall(r"\{\{(\w+)\.name\}\}", monitor["name"] + message))
     used |= set(re.findall(r'is_exact_match "(\w+)\.name"', message))
     assert used <= groups, f"variables {used - groups} are not in the monitor's groups {groups}"
-    assert used, "the message names the GPU, pod, host or cluster it is about"
+    if groups:
+        assert used, "the message names the GPU, pod, host or cluster it is about"
+    else:  # a simple alert names no group: its message names the tags it counts hosts or GPUs by
+        counted = {key for ref in metric_refs(monitor["query"]) for key in ref.by}
+        assert counted and all(f"`{key}`" in message for key in counted), counted
     if monitor["type"] == "service check":
         assert "{{check_message}}" in message

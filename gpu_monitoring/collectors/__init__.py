@@ -6,4 +6,4 @@ in an Agent without pynvml.
 """
 
 COLLECTOR_NAMES = ("utilization", "gpm", "memory", "thermal", "clocks", "pcie", "nvlink", "fabric", "c2c",
-                   "recovery", "memory_errors", "processes", "mig")
+                   "recovery", "memory_errors", "inventory", "processes", "mig")

@@ -50,6 +50,7 @@ class InstanceConfig(BaseModel):
                 'c2c',
                 'recovery',
                 'memory_errors',
+                'inventory',
                 'processes',
                 'mig',
             ], ...

@@ -148,6 +148,17 @@ class Device:
         return self.ask(queries.MINOR_NUMBER)
 
     @cached_property
+    def vbios_version(self) -> Optional[str]:
+        """As nvidia-smi shows it ("96.00.74.00.0D"). A VBIOS flashed while the driver runs takes effect
+        only at a GPU reset or a reboot: one read a session."""
+        return self.ask(queries.VBIOS_VERSION)
+
+    def persistence_mode(self) -> Optional[bool]:
+        """Whether the driver keeps the GPU initialised while no client holds it; `nvidia-smi -pm` and
+        nvidia-persistenced change it while the driver runs."""
+        return self.ask(queries.PERSISTENCE_MODE)
+
+    @cached_property
     def event_types(self) -> int:
         """The events NVML can report of this device, as a mask (0 where it cannot tell)."""
         return self.ask(queries.EVENT_TYPES) or 0

@@ -174,6 +174,9 @@ NAME = Binding("nvmlDeviceGetName", value=_text)
 ARCHITECTURE = Binding("nvmlDeviceGetArchitecture", value=lambda arch: ARCHITECTURES.get(arch, "unknown"))
 PCI_BUS_ID = Binding("nvmlDeviceGetPciInfo", value=lambda info: _text(info.busId))
 MINOR_NUMBER = Binding("nvmlDeviceGetMinorNumber")
+VBIOS_VERSION = Binding("nvmlDeviceGetVbiosVersion", value=_text)
+# nvml.h's nvmlEnableState_t. Read every few minutes, not every run (collectors.inventory).
+PERSISTENCE_MODE = Binding("nvmlDeviceGetPersistenceMode", value=lambda mode: mode == pynvml.NVML_FEATURE_ENABLED)
 SLOWDOWN_TEMPERATURE = Binding("nvmlDeviceGetTemperatureThreshold", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
 MAX_CLOCK = {kind: Binding("nvmlDeviceGetMaxClockInfo", CLOCK_TYPES[kind]) for kind in MAX_CLOCKS}
 PCIE_MAX_GENERATION = Binding("nvmlDeviceGetMaxPcieLinkGeneration")

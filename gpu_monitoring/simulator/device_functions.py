@@ -31,6 +31,20 @@ ARCHITECTURES = {
     "hopper": pynvml.NVML_DEVICE_ARCH_HOPPER,
     "blackwell": pynvml.NVML_DEVICE_ARCH_BLACKWELL,
 }
+# The VBIOS of a device whose model names no `vbios`: what `nvidia-smi -q` shows on one board of each
+# architecture (GeForce GTX TITAN Z, GTX TITAN X, GTX 1070, Tesla V100-SXM2-16GB, Tesla T4,
+# A100-SXM4-80GB, L4, H100 80GB HBM3, B200). Hexadecimal fields are upper case, as the driver writes them.
+VBIOS = {
+    "kepler": "80.80.60.00.90",
+    "maxwell": "84.00.45.00.03",
+    "pascal": "86.04.26.00.36",
+    "volta": "88.00.4F.00.09",
+    "turing": "90.04.38.00.03",
+    "ampere": "92.00.45.00.05",
+    "ada": "95.04.29.00.06",
+    "hopper": "96.00.74.00.0D",
+    "blackwell": "97.00.C5.00.2F",
+}
 
 
 def _string(buffer, size, text):
@@ -74,6 +88,22 @@ def nvmlDeviceGetArchitecture(sim, target, out):
 @nvml("hp")
 def nvmlDeviceGetMinorNumber(sim, target, out):
     put_uint(out, target.device.spec.get("minor_number", target.device.index))
+    return OK
+
+
+@nvml("hpu")
+def nvmlDeviceGetVbiosVersion(sim, target, buffer, size):
+    spec = target.device.spec
+    return _string(buffer, size, spec.get("vbios", VBIOS[spec["architecture"]]))
+
+
+@nvml("hp")
+def nvmlDeviceGetPersistenceMode(sim, target, out):
+    """On unless the device says `persistence_mode: false`: servers run nvidia-persistenced (DGX OS,
+    the GPU Operator's driver container). A test turns it off or on by setting that fact, as
+    `nvidia-smi -pm` does while the driver runs."""
+    enabled = target.device.spec.get("persistence_mode", True)
+    put_uint(out, pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED)
     return OK
 
 

@@ -12,6 +12,7 @@ from ..health import Health
 from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
 from ..snapshot import Device, MigInstance, Process, Snapshot
 from .events import submit_xids
+from .inventory import submit_inventory
 from .node import NodeReport, submit_node
 from .tags import HolderTags, claim_tags, device_name, device_tags, merge, mig_tags, process_tags
 
@@ -57,6 +58,9 @@ class Submitter:
             held_tags.update(held)
         self._workloads(attribution, own_tags)
         self._fleet(attribution)
+        # A GPU's own tags, not its holder's: pods coming and going make no new inventory series.
+        submit_inventory(self.send, snapshot, self.base_tags,
+                         {device.index: own_tags[(device.index, None)] for device in snapshot.devices})
         by_uuid = {d.uuid: held_tags[(d.index, None)] for d in snapshot.devices}
         submit_xids(self.check, snapshot, by_uuid, self.base_tags)
 

@@ -1,0 +1,53 @@
+"""Inventory, for drift across a fleet (not health): each GPU's VBIOS version and whether the
+driver's persistence mode is on.
+
+Cost: no NVML call in a steady run. The VBIOS does not change while the driver runs (a flashed one
+takes effect at a GPU reset or a reboot): nvmlDeviceGetVbiosVersion once a session.
+Persistence mode can change (`nvidia-smi -pm`, nvidia-persistenced started after the check):
+nvmlDeviceGetPersistenceMode once a session, then again at the first run PERSISTENCE_INTERVAL
+seconds (10 minutes) after the last read: one call per GPU every 10 minutes at most. Between reads
+every snapshot carries the last answer. A metrics profile that does not send
+device.persistence_mode (essential) reads neither.
+"""
+
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..nvml.device import Device
+from .base import Collector, Fields
+from .series import Reading, fact, gauge
+
+PERSISTENCE_INTERVAL = 600.0
+VBIOS_VERSION, PERSISTENCE_MODE = fact("vbios_version"), fact("persistence_mode")
+# Submission makes this metric of both facts, tagged with the VBIOS; nothing else reads them.
+SUBMITTED = gauge("device.persistence_mode")
+
+
+class Inventory(Collector):
+    """`clock` gives the seconds persistence mode is timed by (monotonic)."""
+
+    name = "inventory"
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # Each GPU's last persistence mode NVML gave, and when it was asked.
+        self._persistence: Dict[int, Tuple[float, Optional[bool]]] = {}
+
+    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+        if not self.wants(SUBMITTED):
+            return []
+        return [(VBIOS_VERSION, device.vbios_version), (PERSISTENCE_MODE, self._persistence_mode(device))]
+
+    def _persistence_mode(self, device: Device) -> Optional[bool]:
+        """The last answer; asked again once the interval has passed. A read that gets none (a
+        passing failure) keeps the one before it."""
+        now = self._clock()
+        asked, mode = self._persistence.get(device.index, (None, None))
+        if asked is None or now - asked >= PERSISTENCE_INTERVAL:
+            answer = device.persistence_mode()
+            mode = mode if answer is None else answer
+            self._persistence[device.index] = (now, mode)
+        return mode
+
+    def forget(self) -> None:
+        self._persistence = {}
