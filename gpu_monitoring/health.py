@@ -1,8 +1,9 @@
 """Device health: one status per GPU with every reason behind it."""
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Optional
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence
 
 from . import recovery_actions, xid
 from .service_checks import Status
@@ -60,7 +61,7 @@ def evaluate(
     if offered is False:
         health.add(Status.WARNING,
                    "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)")
-    _events(health, events, set(xid_ignore))
+    _events(health, device, list(events), set(xid_ignore))
     _memory(health, device, previous)
     _thermal(health, device.metrics, temperature_margin)
     _nvlink(health, device, nvlink_seen_up)
@@ -71,20 +72,31 @@ def evaluate(
     return health
 
 
-def _events(health: Health, events: Iterable[Event], ignored: set) -> None:
-    for event in events:
-        if event.kind == "xid" and event.code not in ignored:
-            info = xid.describe(event.code)
-            if info.status is not Status.OK:
-                held = info.action in xid.HELD_ACTIONS
-                health.add(info.status, f"XID {event.code} ({info.meaning}): {info.advice}",
-                           hold=f"xid:{event.code}" if held else None, reset=held)
-        elif event.kind == "ecc_dbe":
-            health.add(Status.CRITICAL, "double-bit ECC error event", hold=DBE, reset=True)
+def _events(health: Health, device: Device, events: Sequence[Event], ignored: set) -> None:
+    """One reason per XID code however many came (a storm is one line, with its count), and one for
+    double-bit ECC and GPU-unavailable events. A recovery-action event gives none: it tells of the
+    change the recovery action field, read every run (_recovery), already shows, and that the driver
+    also logs as XID 154."""
+    kinds = {event.kind for event in events}
+    xids = Counter(event.code for event in events if event.kind == "xid") if "xid" in kinds else Counter()
+    on_nvswitch = "fabric.state" in device.metrics  # a GPU that registers with an NVLink fabric
+    for code, count in xids.items():
+        info = xid.in_context(code, xids.keys(), on_nvswitch)
+        if code not in ignored and info.status is not Status.OK:
+            held = info.action in xid.HELD_ACTIONS
+            health.add(info.status, f"{xid.label(code, count)} ({info.meaning}): {info.advice}",
+                       hold=f"xid:{code}" if held else None, reset=held)
+    if "ecc_dbe" in kinds:
+        health.add(Status.CRITICAL, "double-bit ECC error event", hold=DBE, reset=True)
+    if "gpu_unavailable" in kinds:
+        health.add(Status.CRITICAL, "the GPU is unavailable: the driver reported it can no longer be used "
+                                    "(NVML GPU-unavailable event); reset the GPU, or reboot the node if that fails",
+                   hold=UNAVAILABLE, reset=True)
 
 
-# What the held verdicts of a double-bit ECC error and of the driver's recovery action are about.
-DBE, RECOVERY = "dbe", "recovery"
+# What the held verdicts of a double-bit ECC error, of the driver's recovery action and of a GPU the
+# driver reported unavailable are about.
+DBE, RECOVERY, UNAVAILABLE = "dbe", "recovery", "unavailable"
 
 
 def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
@@ -210,6 +222,7 @@ FABRIC_WARNINGS = {
     "fabric.health.degraded_bandwidth": "bandwidth degraded",
     "fabric.health.route_recovery": "route recovery in progress",
     "fabric.health.route_unhealthy": "a route is unhealthy",
+    "fabric.health.access_timeout_recovery": "recovering from an access timeout",
 }
 FABRIC_MANAGER = "check nvidia-fabricmanager and its log on this node"
 
@@ -217,15 +230,16 @@ FABRIC_MANAGER = "check nvidia-fabricmanager and its log on this node"
 def _fabric(health: Health, device: Device, registered_before: bool, grace_over: bool) -> None:
     """A GPU on an NVLink fabric runs no CUDA work until the fabric manager has registered it. One
     still registering after the grace period, one that was registered and is no longer, and one
-    whose registration failed are CRITICAL. A GPU with no fabric (state NOT_SUPPORTED, or a driver
-    that does not answer) has no fabric.state series and nothing to judge."""
+    whose registration failed or whose configuration the fabric finds incorrect (`fabric_error` names
+    each, collectors.fabric) are CRITICAL. A GPU with no fabric (state NOT_SUPPORTED, or a driver that
+    does not answer) has no fabric.state series and nothing to judge."""
     m = device.metrics
     for value in device.fabric_untrusted:
         health.add(Status.WARNING, f"NVLink fabric {value} is not one NVML defines: not trusted")
     state = m.get("fabric.state")
     if device.fabric_error:
-        health.add(Status.CRITICAL, f"NVLink fabric registration failed ({device.fabric_error}): "
-                                    f"CUDA work cannot use this GPU; {FABRIC_MANAGER}")
+        health.add(Status.CRITICAL, f"NVLink fabric {device.fabric_error}: CUDA work cannot use this GPU; "
+                                    f"{FABRIC_MANAGER}")
     elif state in FABRIC_REGISTERING and (registered_before or grace_over):
         lost = "lost its NVLink fabric registration" if registered_before else "not registered with its NVLink fabric"
         health.add(Status.CRITICAL, f"{lost} (state: {FABRIC_REGISTERING[state]}): CUDA work cannot start on "

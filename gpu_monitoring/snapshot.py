@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 SCHEMA_VERSION = 1
 # The kinds the NVML layer names, and `type_0x...` for an event type it has no name for.
-EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|type_0x[0-9a-f]+")
+EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|recovery_action|gpu_unavailable|type_0x[0-9a-f]+")
 PROCESS_KIND = re.compile(r"compute|mps")
 ALLOCATIONS_SOURCE = re.compile(r"pod_resources|none|error")
 SERVICE_CHECK_STATUS = re.compile(r"ok|warning|critical")

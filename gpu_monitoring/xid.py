@@ -2,11 +2,12 @@
 
 The codes are data (xid_catalog.yaml, NVIDIA's whole catalog); this module holds the closed sets
 their fields take, which monitors and dashboards filter on, and checks the data against them once,
-at import."""
+at import. `in_context` gives what a code asks for where NVIDIA's catalog makes that depend on the
+other XIDs of the GPU and on the system (XID 45)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List
+from typing import AbstractSet, Dict, List
 
 import yaml
 
@@ -48,15 +49,23 @@ ADVICE = {
         "If it repeats, check power and seating, then RMA."
     ),
     "check_link": "Check the NVLink/NVSwitch fabric and reset the GPU; if it repeats, replace the link or baseboard.",
+    "reset_if_uvm_or_vgpu": (
+        "Reset the GPU (nvidia-smi -r, once its workloads are drained) if Unified Memory (UVM) or vGPU is in use "
+        "on it; otherwise nothing needs doing."
+    ),
+    "restart_fabric_manager": (
+        "Restart the NVIDIA Fabric Manager on this node (systemctl restart nvidia-fabricmanager) and read its log "
+        "(/var/log/fabricmanager.log)."
+    ),
     "contact_support": (
-        "Not expected on this GPU: collect a bug report (nvidia-bug-report.sh) and open a case with NVIDIA "
-        "or the system's vendor."
+        "Collect a bug report (nvidia-bug-report.sh) and open a case with NVIDIA or the system's vendor."
     ),
 }
 # The actions that ask for a GPU reset, a reboot or a drain: their verdicts are held until the fix
 # (held_verdicts), and each counts toward escalation.
 HELD_ACTIONS = frozenset({"reset_gpu", "reboot_node", "check_link"})
 _FIELDS = {"code", "meaning", "origin", "action", "severity"}
+_OPTIONAL = {"note"}
 
 
 @dataclass(frozen=True)
@@ -66,10 +75,11 @@ class Xid:
     origin: str  # one of ORIGINS, or "unknown"
     action: str  # one of ADVICE's keys
     severity: str  # one of SEVERITIES' keys
+    note: str = ""  # what NVIDIA's catalog adds for this code to its action's advice
 
     @property
     def advice(self) -> str:
-        return ADVICE[self.action]
+        return f"{ADVICE[self.action]} {self.note}" if self.note else ADVICE[self.action]
 
     @property
     def status(self) -> Status:
@@ -89,13 +99,14 @@ def load(path: Path = CATALOG_PATH) -> Dict[int, Xid]:
 
 
 def _problems(entry: dict, seen: Dict[int, Xid]) -> List[str]:
-    if set(entry) != _FIELDS:
-        return [f"fields {sorted(entry)}, not {sorted(_FIELDS)}"]
+    if not _FIELDS <= set(entry) <= _FIELDS | _OPTIONAL:
+        return [f"fields {sorted(entry)}, not {sorted(_FIELDS)} (and maybe {sorted(_OPTIONAL)})"]
     if not isinstance(entry["code"], int) or entry["code"] <= 0:
         return ["code is not a positive integer"]
     if entry["code"] in seen:
         return ["code listed twice"]
-    problems = [] if isinstance(entry["meaning"], str) and entry["meaning"] else ["meaning is empty"]
+    problems = [f"{name} is empty" for name in ("meaning", "note")
+                if name in entry and not (isinstance(entry[name], str) and entry[name])]
     for field, allowed in (("origin", ORIGINS), ("action", ADVICE), ("severity", SEVERITIES)):
         if entry[field] not in allowed:
             problems.append(f"{field} {entry[field]!r} is not one of {sorted(allowed)}")
@@ -108,3 +119,23 @@ CATALOG: Dict[int, Xid] = load()
 def describe(code: int) -> Xid:
     """The code's entry; a code the catalog lacks (a newer driver's) is still reported, as unknown."""
     return CATALOG.get(code) or Xid(code, "unknown", "unknown", "investigate", "ok")
+
+
+# NVIDIA's catalog: XID 45, the cleanup after an aborted or faulted application, asks alone on an
+# NVSwitch system for a Fabric Manager restart ("Solo: RESTART_FM"); with other XIDs it follows
+# theirs ("Not Solo: IGNORE (follow other Xid)").
+FABRIC_MANAGER_XID = 45
+
+
+def in_context(code: int, codes: AbstractSet[int], on_nvswitch: bool) -> Xid:
+    """The code's entry as it applies to one GPU in one run: `codes` is every XID code the GPU raised
+    in that run, `on_nvswitch` whether it registers with an NVLink fabric (an NVSwitch system)."""
+    info = describe(code)
+    if code == FABRIC_MANAGER_XID and on_nvswitch and codes == {code}:
+        return replace(info, action="restart_fabric_manager", severity="warning")
+    return info
+
+
+def label(code: int, count: int = 1) -> str:
+    """`XID 13`, or `XID 13 × 3,000` for many of one code."""
+    return f"XID {code}" if count == 1 else f"XID {code} × {count:,}"

@@ -94,6 +94,7 @@ def test_a_failed_registration_is_critical_at_once(node, tmp_path):
     ({"health": {"degraded_bandwidth": True}}, WARNING, "NVLink fabric: bandwidth degraded"),
     ({"health": {"route_recovery": True}}, WARNING, "NVLink fabric: route recovery in progress"),
     ({"health": {"route_unhealthy": True}}, WARNING, "NVLink fabric: a route is unhealthy"),
+    ({"health": {"access_timeout_recovery": True}}, WARNING, "NVLink fabric: recovering from an access timeout"),
     ({"summary": "limited_capacity"}, WARNING, "NVLink fabric runs at limited capacity"),
     ({"summary": "unhealthy"}, CRITICAL, "NVLink fabric health is unhealthy"),
 ])
@@ -120,3 +121,47 @@ def test_the_pcie_link_is_read_again_only_after_it_retrained(node):
     faults.run_until(60)  # GPU 0 retrains at Gen4 x8 at t=50 (scenario faults); no other link does
     assert faults.values("pcie.link.generation")[0] == 4
     assert faults.sim.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 1
+
+
+@pytest.mark.parametrize("configuration, words", [
+    ("incorrect_sysguid", "wrong system GUID"),
+    ("incorrect_chassis_sn", "wrong chassis serial number"),
+    ("no_partition", "no fabric partition"),
+    ("insufficient_nvlinks", "too few NVLinks"),
+    ("incompatible_gpu_fw", "GPU firmware incompatible with the fabric"),
+    ("invalid_location", "invalid GPU location"),
+    ("gpu_state_invalid", "GPU state invalid"),
+])
+def test_an_incorrect_configuration_is_critical_and_named(node, tmp_path, configuration, words):
+    wrong = node(board(tmp_path, {"health": {"incorrect_configuration": configuration}})).run(1)
+    assert set(wrong.statuses().values()) == {CRITICAL}
+    assert reasons(wrong, 0) == (f"NVLink fabric configuration incorrect ({words}): CUDA work cannot use this GPU; "
+                                 "check nvidia-fabricmanager and its log on this node")
+    assert wrong.values("fabric.state")[0] == 3  # registered, yet wrongly configured
+
+
+def test_a_configuration_fault_comes_and_goes_with_its_fault(node, tmp_path):
+    faults = [{"at": 20, "kind": "fabric_lost", "device": 2, "duration": 20, "status": "NVML_ERROR_RESET_REQUIRED",
+               "incorrect_configuration": "insufficient_nvlinks"}]
+    b200 = node(board(tmp_path, faults=faults)).run(1)
+    assert set(b200.statuses().values()) == {OK}
+    b200.run_until(30)
+    assert b200.health()[2].status == CRITICAL
+    assert "NVLink fabric registration failed (" in reasons(b200, 2)
+    assert "); configuration incorrect (too few NVLinks): CUDA work" in reasons(b200, 2)
+    assert set(b200.statuses().values()) == {OK, CRITICAL}
+    b200.run_until(45)
+    assert set(b200.statuses().values()) == {OK}
+
+
+def test_a_configuration_value_outside_the_enum_is_not_trusted(node, tmp_path):
+    garbage = node(board(tmp_path, {"health": {"incorrect_configuration": 12}})).run(1)
+    assert garbage.health()[0].status == WARNING
+    assert reasons(garbage, 0) == "NVLink fabric health field incorrect configuration 12 is not one NVML defines: " \
+                                  "not trusted"
+
+
+def test_a_driver_before_r580_reports_no_configuration(node, tmp_path):
+    # R570 answers v2, whose health mask has no incorrect configuration field: it reads NOT_SUPPORTED.
+    old = node(board(tmp_path, {"health": {"incorrect_configuration": "gpu_state_invalid"}}, driver="570.133.20"))
+    assert set(old.run(1).statuses().values()) == {OK}

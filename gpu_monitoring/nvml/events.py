@@ -1,4 +1,11 @@
-"""One NVML event set, kept for the session: XID and ECC events drained without blocking."""
+"""One NVML event set, kept for the session: XID, ECC, recovery-action and GPU-unavailable events
+drained without blocking.
+
+Each GPU is registered for the types it supports (nvmlDeviceGetSupportedEventTypes): the recovery
+action and GPU-unavailable types came with R565 (NVML's change log), so an older driver never lists
+them. nvml.h documents eventData only for XIDs (the XID code); for the other types it is kept as the
+event's code as the driver gives it, and nothing is judged by it.
+"""
 
 import logging
 import time
@@ -18,6 +25,8 @@ EVENT_KINDS = {
     pynvml.nvmlEventTypeXidCriticalError: "xid",
     pynvml.nvmlEventTypeSingleBitEccError: "ecc_sbe",
     pynvml.nvmlEventTypeDoubleBitEccError: "ecc_dbe",
+    pynvml.nvmlEventTypeGpuRecoveryAction: "recovery_action",
+    pynvml.nvmlEventTypeGpuUnavailableError: "gpu_unavailable",
 }
 WANTED = sum(EVENT_KINDS)
 _NO_INSTANCE = 0xFFFFFFFF
@@ -65,7 +74,7 @@ class EventWatcher:
         self._set: Any = None
         self._registered: Dict[int, Registered] = {}  # by handle address
         self.problem: Optional[str] = None  # why no event can come now, if none can
-        self.unsupported = False  # no GPU has XID or ECC events at all: a capability, not a fault
+        self.unsupported = False  # no GPU has any event type wanted: a capability, not a fault
 
     @property
     def listening(self) -> bool:
@@ -94,7 +103,7 @@ class EventWatcher:
         if self._registered:
             self.problem = None
         elif self.unsupported:
-            self.problem = "no GPU supports XID or ECC events"
+            self.problem = "no GPU supports XID, ECC, recovery-action or GPU-unavailable events"
 
     def _register(self, device: Device) -> None:
         mask = device.event_types & WANTED
@@ -104,8 +113,21 @@ class EventWatcher:
         registered = Registered(device.index, device.uuid, device.pci_bus_id)
         call = register_events(mask)
         if device.ask(call, self._set) is None:
-            raise CannotAnswer(device.why_not(call))
+            if not device.refuses(call) or not self._register_each(device, mask):
+                raise CannotAnswer(device.why_not(call))
         self._registered[device.address] = registered
+
+    def _register_each(self, device: Device, mask: int) -> bool:
+        """Each type of `mask` alone, after NVML refused them together: nvmlDeviceRegisterEvents answers
+        NOT_SUPPORTED when any one type is not supported (nvml.h), so a type a driver lists yet refuses
+        must not cost the others. Whether any was taken; the GPU is then registered, and a type that
+        failed is not asked again this session."""
+        types = [bit for bit in EVENT_KINDS if mask & bit]
+        taken = [bit for bit in types if device.ask(register_events(bit), self._set) is not None]
+        if taken:
+            log.debug("%r: registered for events %s of %s", device, [EVENT_KINDS[bit] for bit in taken],
+                      [EVENT_KINDS[bit] for bit in types])
+        return bool(taken)
 
     def drain(self, timeout_ms: int = 0) -> List[RawEvent]:
         """Events waiting in the set, waiting up to timeout_ms for the first. A set NVML no longer
