@@ -3,10 +3,12 @@
     python scripts/bench.py [--runs N] [--scenario NAME ...] [--out DIR] [--json FILE]
     python scripts/bench.py --profile [SCENARIO]
     python scripts/bench.py --dcgm
+    python scripts/bench.py --sysfs
 
 1. NVML calls per GPU per steady-state run, by function;
 2. CPU per series against the submission floor, interleaved in one process, and field entries' cost;
-   what a DCGM read (dcgm-exporter's page parsed and joined) adds to a run;
+   what a DCGM read (dcgm-exporter's page parsed and joined) adds to a run; what reading and judging
+   the node around the GPUs (sysfs: PCI functions, InfiniBand/RoCE ports) costs;
 3. a profile of steady-state runs, grouped by whose code each function is;
 4. scaling with GPUs, processes, pods and MIG instances; kubelet, pod-resources and /proc reads;
 5. memory over many runs in local and sidecar mode;
@@ -45,6 +47,7 @@ from bench_support import (  # noqa: E402
     refresh,
     scaling,
     scenarios,
+    sysfs_reads,
 )
 from bench_support.floor import compare  # noqa: E402
 from bench_support.harness import quiet_logs  # noqa: E402
@@ -80,6 +83,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--profile", nargs="?", const="dgx-h100", metavar="SCENARIO",
                         help="print only the profile of SCENARIO (default dgx-h100)")
     parser.add_argument("--dcgm", action="store_true", help="print only the table of a DCGM read's CPU (section 2's)")
+    parser.add_argument("--sysfs", action="store_true",
+                        help="print only the table of the node's sysfs reads' CPU (section 2's)")
     args = parser.parse_args(argv)
     args.scenario = args.scenario or scenarios.headline()
     return args
@@ -93,6 +98,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.dcgm:
         print(text(Section("DCGM read", [dcgm_read.table(args.rounds, Report())])))
+        return 0
+    if args.sysfs:
+        print(text(Section("The node around the GPUs", [sysfs_reads.table(args.rounds, Report())])))
         return 0
     started = time.monotonic()
     report = Report()
@@ -127,6 +135,7 @@ def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     section = cpu.section(comparisons, (name, fields), report)
     section.tables.append(refresh.table(name, refresh.measure(headline, name, args.rounds)))
     section.tables.append(dcgm_read.table(args.rounds, report))
+    section.tables.append(sysfs_reads.table(args.rounds, report))
     return section
 
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from gpu_monitoring.node import SysfsUnavailable
-from gpu_monitoring.node.pci import read_pci_functions
+from gpu_monitoring.node.pci import PciReader
 from gpu_monitoring.snapshot import PciFunction
 
 from .sysfs_support import materialize
@@ -17,7 +17,7 @@ HGX_GPUS = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0",
 
 
 def test_an_hgx_node_shows_its_gpus_and_nvswitches_and_nothing_of_other_vendors(tmp_path):
-    functions = read_pci_functions(str(materialize("hgx-h100-pci.txt", tmp_path)))
+    functions = read_pci(str(materialize("hgx-h100-pci.txt", tmp_path)))
 
     assert functions == (
         [PciFunction(address, 0x068000, "nvswitch", 0x22A3, "nvidia") for address in HGX_NVSWITCHES]
@@ -26,7 +26,7 @@ def test_an_hgx_node_shows_its_gpus_and_nvswitches_and_nothing_of_other_vendors(
 
 
 def test_each_function_has_its_kind_and_the_driver_that_holds_it(tmp_path):
-    functions = read_pci_functions(str(materialize("mixed-pci.txt", tmp_path)))
+    functions = read_pci(str(materialize("mixed-pci.txt", tmp_path)))
 
     assert functions == [
         PciFunction("0000:21:00.0", 0x030200, "gpu", 0x26B9, "vfio-pci"),
@@ -43,7 +43,7 @@ def test_a_function_gone_between_listing_and_reading_is_left_out(tmp_path):
     # Hot-unplug removes the function's directory under /sys/devices; its bus link goes a moment later.
     shutil.rmtree(os.path.realpath(root / "bus/pci/devices/0000:41:00.0"))
 
-    addresses = [f.address for f in read_pci_functions(str(root))]
+    addresses = [f.address for f in read_pci(str(root))]
 
     assert addresses == ["0000:21:00.0", "0000:c1:00.0", "0000:c1:00.1", "0000:c1:00.2", "0000:c1:00.3"]
 
@@ -52,7 +52,7 @@ def test_a_function_whose_class_cannot_be_read_is_left_out_and_the_others_stay(t
     root = materialize("hgx-h100-pci.txt", tmp_path)
     (root / "bus/pci/devices/0000:1b:00.0/class").unlink()
 
-    addresses = [f.address for f in read_pci_functions(str(root))]
+    addresses = [f.address for f in read_pci(str(root))]
 
     assert addresses == HGX_NVSWITCHES + HGX_GPUS[1:]
 
@@ -60,14 +60,30 @@ def test_a_function_whose_class_cannot_be_read_is_left_out_and_the_others_stay(t
 def test_a_bus_without_nvidia_functions_lists_none(tmp_path):
     (tmp_path / "bus/pci/devices").mkdir(parents=True)
 
-    assert read_pci_functions(str(tmp_path)) == []
+    assert read_pci(str(tmp_path)) == []
 
 
 def test_a_sysfs_root_without_a_pci_bus_is_unavailable_and_says_where_and_why(tmp_path):
     missing = tmp_path / "host-sys"
 
     with pytest.raises(SysfsUnavailable) as raised:
-        read_pci_functions(str(missing))
+        read_pci(str(missing))
 
     assert str(missing / "bus/pci/devices") in str(raised.value)
     assert "No such file or directory" in str(raised.value)
+
+
+def read_pci(root):
+    return PciReader(root).read()
+
+
+def test_a_functions_identity_is_read_once_and_its_driver_every_run(tmp_path):
+    root = materialize("mixed-pci.txt", tmp_path)
+    reader = PciReader(str(root))
+    first = {f.address: f for f in reader.read()}
+    unbound = next(address for address, f in first.items() if f.kind == "gpu" and f.driver is None)
+    function = root / "bus" / "pci" / "devices" / unbound
+    (function / "class").unlink()  # no longer read: the identity is the hardware's
+    (function / "driver").symlink_to("../../../bus/pci/drivers/nvidia")
+    again = {f.address: f for f in reader.read()}
+    assert again[unbound].driver == "nvidia" and again[unbound].kind == "gpu"

@@ -1,9 +1,9 @@
 """The node around the GPUs, read once a run into the snapshot's node: the boot ID, the NVIDIA
 functions on the PCI bus, the GPUs in the driver's record and the InfiniBand and RoCE ports.
 
-Cost per run (make bench, "sysfs"): one listing of bus/pci/devices with a `vendor` read per function
-and three reads per NVIDIA function, one listing of the driver's GPU directory, and per port its state,
-physical state, rate and counters; no NVML call.
+Cost per run (`scripts/bench.py --sysfs`): one listing of bus/pci/devices and a readlink per NVIDIA
+function (a function's identity is read once), one listing of the driver's GPU directory, the boot
+ID, and per port its state, physical state, rate and counters; no NVML call.
 """
 
 from typing import Optional
@@ -12,13 +12,14 @@ from ..driver_gpus import driver_gpu_bus_ids
 from ..snapshot import Node
 from .boot import read_boot_id
 from .infiniband import PortReader
-from .pci import SysfsUnavailable, read_pci_functions
+from .pci import PciReader, SysfsUnavailable
 
 
 class HardwareReader:
     def __init__(self, sysfs_root: str, proc_root: Optional[str]) -> None:
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
+        self._pci = PciReader(sysfs_root)
         self._ports = PortReader(sysfs_root)
 
     def read_into(self, node: Node) -> None:
@@ -26,6 +27,6 @@ class HardwareReader:
         node.driver_gpus = driver_gpu_bus_ids(self.proc_root)
         node.network_ports = self._ports.read()
         try:
-            node.pci_functions = read_pci_functions(self.sysfs_root)
+            node.pci_functions = self._pci.read()
         except SysfsUnavailable as e:
             node.pci_functions, node.sysfs_problem = None, str(e)

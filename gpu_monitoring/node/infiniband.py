@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from ..snapshot import NetworkPort
-from . import read_value
+from . import read_count, read_value
 
 INFINIBAND_DIRECTORY = ("class", "infiniband")
 COUNTERS = (
@@ -44,41 +44,43 @@ PortKey = Tuple[str, int]
 
 @dataclass(frozen=True)
 class _Fixed:
-    """What does not change while a port exists."""
+    """What does not change while a port exists: its link layer and interface, and its files' paths."""
 
     link_layer: Optional[str]
     netdev: Optional[str]
+    directory: str
+    counters: Tuple[Tuple[str, str], ...]  # (counter, its file)
 
 
 class PortReader:
     """Reads the ports under one sysfs root, run after run.
 
-    Cost of a read: a listing of `class/infiniband` and of each device's `ports`, then 3 reads and up
-    to 7 counter reads a port (a GPU node has 8 to 12 ports). The link layer and network interface
-    are resolved only when the ports listed differ from the last read's (a device appeared, went,
-    or its driver was reloaded): a listing of `device/net` and one read per interface.
+    Cost of a read: a listing of `class/infiniband`, then 3 reads and up to 7 counter reads a port (a
+    GPU node has 8 to 12 ports). A device's ports, their link layer and network interface are resolved
+    only when the devices listed differ from the last read's (a device appeared, went, or its driver
+    was reloaded): a listing of each device's `ports` and `device/net`, and one read per interface.
     """
 
     def __init__(self, sysfs_root: str) -> None:
         self._directory = os.path.join(sysfs_root, *INFINIBAND_DIRECTORY)
+        self._devices: Optional[List[str]] = None
         self._fixed: Dict[PortKey, _Fixed] = {}
 
     def read(self) -> Optional[List[NetworkPort]]:
         """The ports, by device and port number; None where there is no `class/infiniband` to list
         (a node without RDMA devices, or without their drivers), an empty list where it holds none."""
-        ports = self._list()
-        if ports is None:
-            return None
-        if set(ports) != set(self._fixed):
-            self._fixed = {key: self._resolve(key, ports) for key in ports}
-        read = [self._read_port(key) for key in ports]
-        return [port for port in read if port is not None]
-
-    def _list(self) -> Optional[List[PortKey]]:
         try:
-            devices = os.listdir(self._directory)
+            devices = sorted(os.listdir(self._directory))
         except OSError:
             return None
+        if devices != self._devices:
+            ports = self._list(devices)
+            self._fixed = {key: self._resolve(key, ports) for key in ports}
+            self._devices = devices
+        read = [self._read_port(key, fixed) for key, fixed in self._fixed.items()]
+        return [port for port in read if port is not None]
+
+    def _list(self, devices: List[str]) -> List[PortKey]:
         ports = []
         for device in devices:
             try:
@@ -88,13 +90,15 @@ class PortReader:
             ports.extend((device, number) for number in map(_integer, names) if number is not None)
         return sorted(ports)
 
-    def _port_directory(self, key: PortKey) -> str:
-        return os.path.join(self._directory, key[0], "ports", str(key[1]))
-
     def _resolve(self, key: PortKey, ports: List[PortKey]) -> _Fixed:
+        directory = os.path.join(self._directory, key[0], "ports", str(key[1]))
         single = sum(1 for device, _ in ports if device == key[0]) == 1
-        link_layer = read_value(os.path.join(self._port_directory(key), "link_layer"))
-        return _Fixed(link_layer, self._netdev(key, single))
+        return _Fixed(
+            link_layer=read_value(os.path.join(directory, "link_layer")),
+            netdev=self._netdev(key, single),
+            directory=directory,
+            counters=tuple((name, os.path.join(directory, "counters", name)) for name in COUNTERS),
+        )
 
     def _netdev(self, key: PortKey, single_port: bool) -> Optional[str]:
         directory = os.path.join(self._directory, key[0], "device", "net")
@@ -112,15 +116,14 @@ class PortReader:
             return names[0]
         return None
 
-    def _read_port(self, key: PortKey) -> Optional[NetworkPort]:
-        directory = self._port_directory(key)
+    def _read_port(self, key: PortKey, fixed: _Fixed) -> Optional[NetworkPort]:
+        directory = fixed.directory
         state = read_value(os.path.join(directory, "state"))
         if state is None and not os.path.isdir(directory):
             return None  # the device went after it was listed (unbound, reset): no port, not a port down
-        fixed = self._fixed[key]
         counters = {}
-        for name in COUNTERS:
-            value = _integer(read_value(os.path.join(directory, "counters", name)))
+        for name, path in fixed.counters:
+            value = read_count(path)
             if value is not None:
                 counters[name] = value
         return NetworkPort(

@@ -6,7 +6,7 @@ which drivers/pci/pci-sysfs.c writes as "0x%04x" and "0x%06x" ("0x10de", "0x2330
 """
 
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..snapshot import PciFunction
 from . import SysfsUnavailable, read_value
@@ -19,40 +19,59 @@ NVIDIA = 0x10DE
 _KINDS = {0x0300: "gpu", 0x0302: "gpu", 0x0680: "nvswitch", 0x0403: "audio"}
 
 
-def read_pci_functions(sysfs_root: str) -> List[PciFunction]:
-    """The NVIDIA functions under `sysfs_root`, by address. SysfsUnavailable where its PCI device
-    directory cannot be listed. A function that vanishes while it is read (hot-unplug) is left out.
+Identity = Tuple[int, Optional[int], Optional[int]]  # vendor, class code, device ID
 
-    Cost: one directory listing and one read of `vendor` per function (a node has some 20 to 300),
-    then for each NVIDIA function two reads and a readlink.
+
+class PciReader:
+    """Reads the NVIDIA functions under one sysfs root, run after run.
+
+    A function's vendor, class and device ID are the hardware's: read once per function, the first
+    time its address is listed. Cost of a run after that: one listing of the PCI device directory
+    (a node has some 20 to 300 functions) and a readlink of `driver` per NVIDIA function, since a
+    driver can be bound or unbound at any time.
     """
-    directory = os.path.join(sysfs_root, *DEVICES_DIRECTORY)
-    try:
-        names = os.listdir(directory)
-    except OSError as e:
-        raise SysfsUnavailable(f"cannot list {directory}: {e.strerror or e}") from e
-    functions = [_function(os.path.join(directory, name), name) for name in names]
-    return sorted((f for f in functions if f is not None), key=lambda f: f.address)
 
+    def __init__(self, sysfs_root: str) -> None:
+        self._directory = os.path.join(sysfs_root, *DEVICES_DIRECTORY)
+        self._identities: Dict[str, Optional[Identity]] = {}
 
-def _function(path: str, name: str) -> Optional[PciFunction]:
-    if _hex(read_value(os.path.join(path, "vendor"))) != NVIDIA:
-        return None
-    # The link is read before `class`, so that a function reported without a driver was still
-    # there after: a directory gone between the two reads is not taken for an unbound GPU.
-    driver = _driver(path)
-    class_code = _hex(read_value(os.path.join(path, "class")))
-    if class_code is None:
-        return None
-    device_id = _hex(read_value(os.path.join(path, "device")))
-    return PciFunction(name.lower(), class_code, _KINDS.get(class_code >> 8, "other"), device_id, driver)
+    def read(self) -> List[PciFunction]:
+        """The NVIDIA functions, by address. SysfsUnavailable where the PCI device directory cannot be
+        listed. A function that vanishes while it is read (hot-unplug) is left out."""
+        try:
+            names = os.listdir(self._directory)
+        except OSError as e:
+            raise SysfsUnavailable(f"cannot list {self._directory}: {e.strerror or e}") from e
+        self._identities = {name: self._identity(name) for name in names}
+        functions = [self._function(name, identity) for name, identity in self._identities.items()
+                     if identity is not None and identity[0] == NVIDIA]
+        return sorted((f for f in functions if f is not None), key=lambda f: f.address)
 
+    def _identity(self, name: str) -> Optional[Identity]:
+        """The function's vendor, class and device ID; None where it cannot be read (gone, unreadable)."""
+        known = self._identities.get(name)
+        if known is not None:
+            return known
+        path = os.path.join(self._directory, name)
+        vendor = _hex(read_value(os.path.join(path, "vendor")))
+        if vendor != NVIDIA:
+            return None if vendor is None else (vendor, None, None)
+        class_code = _hex(read_value(os.path.join(path, "class")))
+        if class_code is None:
+            return None
+        return vendor, class_code, _hex(read_value(os.path.join(path, "device")))
 
-def _driver(path: str) -> Optional[str]:
-    try:
-        return os.path.basename(os.readlink(os.path.join(path, "driver")))
-    except OSError:
-        return None
+    def _function(self, name: str, identity: Identity) -> Optional[PciFunction]:
+        path = os.path.join(self._directory, name)
+        try:
+            driver: Optional[str] = os.path.basename(os.readlink(os.path.join(path, "driver")))
+        except OSError:
+            # No driver bound, or the function went since it was listed: only the first is a GPU to tell.
+            if not os.path.isdir(path):
+                return None
+            driver = None
+        _, class_code, device_id = identity
+        return PciFunction(name.lower(), class_code, _KINDS.get(class_code >> 8, "other"), device_id, driver)
 
 
 def _hex(text: Optional[str]) -> Optional[int]:

@@ -5,6 +5,8 @@ import ctypes
 import pynvml
 
 from .abi import nvml, put_int, put_pointer, put_string, put_uint, put_ulonglong, struct_at
+from .fault_events import event_types
+from .field_functions import driver_major
 
 OK = pynvml.NVML_SUCCESS
 SUPPORTED_EVENTS = (
@@ -86,7 +88,7 @@ def nvmlEventSetFree(sim, set_id):
 
 @nvml("hp")
 def nvmlDeviceGetSupportedEventTypes(sim, target, out):
-    put_ulonglong(out, SUPPORTED_EVENTS)
+    put_ulonglong(out, _supported_events(sim))
     return OK
 
 
@@ -95,7 +97,7 @@ def nvmlDeviceRegisterEvents(sim, target, mask, set_id):
     event_set = sim.event_sets.get(set_id)
     if event_set is None:
         return pynvml.NVML_ERROR_INVALID_ARGUMENT
-    if mask & ~SUPPORTED_EVENTS:
+    if mask & ~_supported_events(sim) or mask & _refused_event_types(target):
         return pynvml.NVML_ERROR_NOT_SUPPORTED
     index = target.device.index
     event_set.registrations[index] = event_set.registrations.get(index, 0) | mask
@@ -122,3 +124,13 @@ def nvmlEventSetWait_v2(sim, set_id, out, timeout_ms):
 def _string(buffer, size, text):
     return OK if put_string(buffer, size, text) else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 
+
+
+def _supported_events(sim):
+    """The event types the driver lists: the old ones, and those of fault_events its version has."""
+    return SUPPORTED_EVENTS | event_types(driver_major(sim))
+
+
+def _refused_event_types(target):
+    """Types the device lists yet refuses to register (`refused_event_types`, pynvml names)."""
+    return sum(getattr(pynvml, name) for name in target.device.spec.get("refused_event_types", []))
