@@ -3,7 +3,7 @@
 import os
 import time
 from functools import cached_property
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
@@ -128,6 +128,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
             unused_parts=frozenset(SPEC) - sent_in(self.options.metrics_profile, parts=True),
             sysfs_root=self.options.sysfs_root,
+            clock=self._node_clock,
         )
 
     def _save_cursor(self, value: str) -> None:
@@ -239,7 +240,12 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     @cached_property
     def _hardware(self) -> HardwareReader:
-        return HardwareReader(self.options.sysfs_root, self.options.proc_root)
+        return HardwareReader(self.options.sysfs_root, self.options.proc_root, self._node_clock)
+
+    @property
+    def _node_clock(self) -> Callable[[], float]:
+        """The clock the node's counters follow: a simulated node's own, the host's otherwise."""
+        return self.simulated_node.nvml.now if self.simulated_node is not None else time.time
 
     def _kubernetes_without_gpus(self) -> None:
         """No GPU could be read this run. In local mode pod-resources is still read, so that the

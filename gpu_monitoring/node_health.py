@@ -89,10 +89,11 @@ class NodeJudge:
         ports = [p for p in snapshot.node.network_ports or () if not self._excluded(p)]
         models = [device.name for device in snapshot.devices]
         wanted = expectation(self.expected_ports, self.expected_rate, models)
-        series = [self._series(port, snapshot.timestamp) for port in ports]
+        read_at = snapshot.node.read_at if snapshot.node.read_at is not None else snapshot.timestamp
+        series = [self._series(port, read_at) for port in ports]
         if snapshot.node.network_ports is not None:  # a node without class/infiniband has nothing to judge
             _network(health, ports, wanted, self._previous)
-        self._previous = {(p.device, p.port): (snapshot.timestamp, dict(p.counters)) for p in ports}
+        self._previous = {(p.device, p.port): (read_at, dict(p.counters)) for p in ports}
         return NodeVerdict(health, on_bus, series)
 
     def _excluded(self, port: NetworkPort) -> bool:

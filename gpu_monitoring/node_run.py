@@ -6,7 +6,7 @@ lists the NVML calls a run makes besides it and why no field replaces them).
 
 import logging
 import time
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional
+from typing import AbstractSet, Callable, Dict, FrozenSet, Iterable, List, Optional
 
 from . import snapshot
 from .collectors import COLLECTOR_NAMES
@@ -69,6 +69,7 @@ class NodeReader:
         unused: AbstractSet[str] = frozenset(),
         unused_parts: AbstractSet[str] = frozenset(),
         sysfs_root: Optional[str] = None,
+        clock: Callable[[], float] = time.time,
     ):
         self.session = session
         self.disabled = set(disabled)
@@ -82,8 +83,9 @@ class NodeReader:
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
         self._readings: Dict[Device, Readings] = {}  # each device's, for as long as the session lasts
-        # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root.
-        self.hardware = HardwareReader(sysfs_root, proc_root) if sysfs_root else None
+        # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root;
+        # `clock` is the one its counters follow.
+        self.hardware = HardwareReader(sysfs_root, proc_root, clock) if sysfs_root else None
         self._build_collectors()
         for collector in self.collectors:
             collector.unused, collector.unused_parts = unused, unused_parts

@@ -218,6 +218,9 @@ class Node:
     network_ports: Optional[List[NetworkPort]] = None
     # Why sysfs_root could not be read, where it could not.
     sysfs_problem: Optional[str] = None
+    # When the node around the GPUs was read, in seconds on the clock its counters follow (the host's;
+    # a simulated node's own): the ports' rates are taken over it.
+    read_at: Optional[float] = None
 
 
 @dataclass

@@ -6,7 +6,8 @@ function (a function's identity is read once), one listing of the driver's GPU d
 ID, and per port its state, physical state, rate and counters; no NVML call.
 """
 
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 from ..driver_gpus import driver_gpu_bus_ids
 from ..snapshot import Node
@@ -16,13 +17,15 @@ from .pci import PciReader, SysfsUnavailable
 
 
 class HardwareReader:
-    def __init__(self, sysfs_root: str, proc_root: Optional[str]) -> None:
+    def __init__(self, sysfs_root: str, proc_root: Optional[str], clock: Callable[[], float] = time.time) -> None:
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
+        self.clock = clock
         self._pci = PciReader(sysfs_root)
         self._ports = PortReader(sysfs_root)
 
     def read_into(self, node: Node) -> None:
+        node.read_at = self.clock()
         node.boot_id = read_boot_id(self.proc_root)
         node.driver_gpus = driver_gpu_bus_ids(self.proc_root)
         node.network_ports = self._ports.read()

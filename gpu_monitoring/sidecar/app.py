@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import __version__
 from ..dcgm import DcgmReader
@@ -38,13 +38,14 @@ class Sidecar:
         pod_cache_ttl: float = DEFAULT_TTL,
         dcgm_exporter_url: Optional[str] = None,
         sysfs_root: Optional[str] = "/sys",
+        clock: Callable[[], float] = time.time,
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
         self.session_lock = threading.Lock()
         allocations = AllocationReader(pod_resources_socket, ttl=pod_cache_ttl) if pod_resources_socket else None
         self.reader = NodeReader(self.session, proc_root=proc_root, allocations=allocations, watch_events=False,
-                                 sysfs_root=sysfs_root)
+                                 sysfs_root=sysfs_root, clock=clock)
         self.journal = _open_journal(journal_dir, journal_wait)
         self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart)
         self.readiness = NvmlReadiness(self.session, self.session_lock)

@@ -73,7 +73,7 @@ def nvmlDeviceGetPciInfo_v3(sim, target, out):
     bus_id = target.device.spec.pci_bus_id
     domain, bus, rest = bus_id.split(":")
     info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
-    info.pciDeviceId = target.device.spec.get("pci_device_id", 0x233010DE)
+    info.pciDeviceId = target.device.spec.pci_device_id
     info.busId = bus_id.encode()
     info.busIdLegacy = bus_id[4:].encode()
     return OK
@@ -348,8 +348,11 @@ def nvmlDeviceGetNvLinkErrorCounter(sim, target, link, counter, out):
 
 @nvml("huup")
 def nvmlDeviceGetTotalEccErrors(sim, target, error_type, counter_type, out):
-    # The simulated driver was never reloaded: the aggregate counts are the volatile ones.
+    # The volatile counts restart when the driver loads; the aggregate ones last the GPU's life (nvml.h,
+    # nvmlEccCounterType_t).
     key = "ecc_sbe" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "ecc_dbe"
+    if counter_type == pynvml.NVML_AGGREGATE_ECC:
+        key += "_aggregate"
     return _counter(sim, target, out, key, "ecc", put_ulonglong)
 
 

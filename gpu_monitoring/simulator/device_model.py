@@ -2,7 +2,8 @@
 
 Gauges follow a slow sine around the device's load with a little deterministic jitter;
 cumulative counters (energy, NVLink bytes) are closed-form integrals of the same curve,
-so they only ever grow and any two reads give a true rate. Faults whose time has come
+so they only ever grow and any two reads give a true rate (those the driver restarts when it
+loads, from its last load: see `loaded_at`). Faults whose time has come
 change flags, counters and clock-event reasons; none of this keeps mutable state.
 """
 
@@ -85,6 +86,7 @@ class SimDevice:
         self.spec = spec
         self.index = spec.index
         self.faults = [f for f in faults if f.device == spec.index]
+        self.reloads = sorted(f.at for f in faults if f.kind == "driver_reload")
         self.load = LoadCurve(spec.load, ("gpu", spec.uuid))
         self.mig = [SimMigInstance(self, m) for m in spec.mig]
         self._link_counters: tuple = (None, {})
@@ -321,14 +323,16 @@ class SimDevice:
     def counters(self, now: float) -> Dict[str, float]:
         base = self.spec.get("counters", {})
         links = self.spec.get("nvlink_links", 0)
-        energy_j = self._power_w(0) * now + (self._power_w(100) - self._power_w(0)) * self.load_integral(now) / 100
+        loaded = self.loaded_at(now)
+        if loaded is None:  # `energy_j`: what the driver had counted before t=0
+            energy_j = base.get("energy_j", 0) + self._energy_j(now)
+        else:
+            energy_j = self._energy_j(now) - self._energy_j(loaded)
         values = {
-            "energy_mj": base.get("energy_j", 0) * 1000 + energy_j * 1000,
+            "energy_mj": energy_j * 1000,
             "pcie_replay": base.get("pcie_replay", 0) + int(now / 3600),
             # The link retrains (through Recovery) as a pcie_degraded fault begins, and as it ends.
             "pcie_recoveries": base.get("pcie_recoveries", 0) + self._retrains(now),
-            "ecc_sbe": base.get("ecc_sbe", 0) + self._count("ecc_sbe", now),
-            "ecc_dbe": base.get("ecc_dbe", 0) + self._count("ecc_dbe", now),
             "remap_cor": base.get("remap_cor", 0),
             "remap_unc": base.get("remap_unc", 0) + len(self._fired("remap_pending", now)),
             "remap_pending": int(bool(self._active("remap_pending", now))),
@@ -338,9 +342,12 @@ class SimDevice:
             "retired_pending": int(bool(self._active("retired_pending", now))),
             "nvlink_link_count": links,
         }
-        # Lifetime counts: those before this boot (`ecc_sbe_aggregate` in the scenario) and this boot's.
+        # Lifetime counts: those before this boot (`ecc_sbe_aggregate` in the scenario) and this boot's;
+        # the volatile counts, from the driver's last load.
         for kind in ("ecc_sbe", "ecc_dbe"):
-            values[f"{kind}_aggregate"] = base.get(f"{kind}_aggregate", 0) + values[kind]
+            this_boot = base.get(kind, 0) + self._count(kind, now)
+            values[f"{kind}_aggregate"] = base.get(f"{kind}_aggregate", 0) + this_boot
+            values[kind] = this_boot if loaded is None else self._count(kind, now, since=loaded)
         for direction, share in PCIE_SHARE.items():
             kib_busy_seconds = PCIE_KB_PER_S_AT_FULL_LOAD * share * self.load_integral(now) / 100
             values[f"pcie_{direction}_bytes"] = int(kib_busy_seconds * 1024)
@@ -355,8 +362,22 @@ class SimDevice:
         faults = self._fired("pcie_degraded", now)
         return len(faults) + sum(1 for f in faults if f.duration is not None and now >= f.at + f.duration)
 
-    def _count(self, kind: str, now: float) -> int:
-        return sum(int(f.params.get("count", 1)) for f in self._fired(kind, now))
+    def _count(self, kind: str, now: float, since: float = -math.inf) -> int:
+        return sum(int(f.params.get("count", 1)) for f in self._fired(kind, now) if f.at >= since)
+
+    def loaded_at(self, now: float) -> Optional[float]:
+        """When the driver was last reloaded, at or before `now`; None if it has not been since t=0.
+
+        The driver restarts two kinds of counter when it loads (nvml.h): the energy
+        (nvmlDeviceGetTotalEnergyConsumption, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "since the driver was
+        last reloaded") and the volatile ECC counts (nvmlEccCounterType_t, NVML_VOLATILE_ECC: "reset each
+        time the driver loads"); the aggregate ones live in the InfoROM and go on. An error at the reload's
+        instant is counted by the new driver."""
+        return next((at for at in reversed(self.reloads) if at <= now), None)
+
+    def _energy_j(self, t: float) -> float:
+        """Joules drawn from t=0 to t, at the power the load curve gives."""
+        return self._power_w(0) * t + (self._power_w(100) - self._power_w(0)) * self.load_integral(t) / 100
 
 
 class SimMigInstance:

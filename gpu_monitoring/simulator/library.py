@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import pynvml
 
@@ -95,6 +95,8 @@ class SimulatedNvml:
         self._next_fault = sum(1 for fault in scenario.faults if fault.at < self.clock.now())
         self._lock = threading.RLock()
         self._events_ready = threading.Condition(self._lock)
+        self._time_listeners: List[Callable[[float], None]] = []
+        self._told: Optional[float] = None
         self._ids = 0
         self.library = self._build_library()
 
@@ -107,6 +109,22 @@ class SimulatedNvml:
         self.clock.advance(seconds)
         with self._lock:
             self._fire_due_faults()
+            self._tell_time()
+
+    def on_time(self, listener: Callable[[float], None]) -> None:
+        """Have `listener(now)` called, under this library's lock, the first time an NVML call (inside
+        the CPU it counts in `cpu_seconds`) or advance() finds scenario time at an instant it has not
+        told yet: what the rest of the simulated node shows follows the clock the driver answers by."""
+        with self._lock:
+            self._time_listeners.append(listener)
+
+    def _tell_time(self) -> None:
+        now = self.now()
+        if now == self._told:
+            return
+        self._told = now
+        for listener in self._time_listeners:
+            listener(now)
 
     # --- handles and ids ------------------------------------------------------------
 
@@ -149,7 +167,7 @@ class SimulatedNvml:
             self.init_count = 0
             self.event_sets.clear()
             return
-        events = events_of(fault)
+        events = events_of(fault, field_functions.driver_major(self))
         if not events:
             return
         device = self.devices[fault.device]
@@ -188,6 +206,7 @@ class SimulatedNvml:
                 self.calls[name] += 1
                 try:
                     self._fire_due_faults()
+                    self._tell_time()
                     return self._dispatch(name, symbol, args)
                 except Exception as e:  # a C function cannot raise; report and fail the call
                     log.exception("simulated %s failed", name)

@@ -41,14 +41,17 @@ NVIDIA GPU Operator deploys it: its DaemonSet's pod is in the kubelet's pod list
 finds it; it names the pods that hold each GPU or MIG instance, as dcgm-exporter's pod mapper does.
 
 `simulated_node()` makes a node from a scenario, reading nothing but the scenario and starting
-nothing. `start()` writes the proc root (every scenario has one), starts dcgm-exporter, the HTTPS
-kubelet and the gRPC socket in a temporary directory and returns the instance options that point
-the check at them; `stop()` ends them all and removes the directory. A model's `hourly_price` stands in for
-the instance's `hourly_price`, so that the demo shows cost; an instance that sets `hourly_price`
-replaces the scenario's prices.
+nothing. `start()` writes the proc root and the sysfs (every scenario has both: simulator.sysfs_root),
+starts dcgm-exporter, the HTTPS kubelet and the gRPC socket in a temporary directory and returns the
+instance options that point the check at them; `stop()` ends them all and removes the directory.
+The sysfs follows scenario time to the second: the simulated library tells the node when time
+moved (at the first NVML call of a check run, or an advance), and the node rewrites what changed.
+A model's `hourly_price` stands in for the instance's `hourly_price`, so that the demo shows cost;
+an instance that sets `hourly_price` replaces the scenario's prices.
 """
 
 import hashlib
+import math
 import tempfile
 import uuid
 from pathlib import Path
@@ -62,9 +65,10 @@ from .dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
 from .kubelet_server import KubeletServer
 from .library import SimulatedNvml
 from .pod_resources_server import PodResourcesServer
-from .proc_root import build_proc_root
+from .proc_root import boot_id_of, build_proc_root
 from .scenario import load
 from .slurm import slurm_processes
+from .sysfs_root import SysfsTree
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 # The GPU Operator's dcgm-exporter DaemonSet (NVIDIA/gpu-operator assets/state-dcgm-exporter): its
@@ -95,6 +99,9 @@ class SimulatedNode:
         self.kubelet: Optional[KubeletServer] = None
         self.pod_resources: Optional[PodResourcesServer] = None
         self.dcgm_exporter: Optional[DcgmExporterServer] = None
+        self.sysfs: Optional[SysfsTree] = None
+        self._sysfs_second: Optional[int] = None
+        nvml.on_time(self._time_moved)
 
     def start(self, serve_kubernetes: bool = True) -> Dict[str, Any]:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
@@ -107,7 +114,9 @@ class SimulatedNode:
             raise
 
     def _serve(self, root: Path, serve_kubernetes: bool) -> Dict[str, Any]:
-        standing_in = {"proc_root": str(build_proc_root(root / "proc", self._processes(), self.nvml.scenario.devices))}
+        scenario = self.nvml.scenario
+        proc_root = build_proc_root(root / "proc", self._processes(), scenario.devices, boot_id_of(scenario.name))
+        standing_in = {"proc_root": str(proc_root), "sysfs_root": str(self._write_sysfs(root / "sys"))}
         prices = self.prices()
         if prices:
             standing_in["hourly_price"] = prices
@@ -130,6 +139,20 @@ class SimulatedNode:
             pod_resources_socket=socket_path,
         )
 
+    def _write_sysfs(self, root: Path) -> Path:
+        sysfs = SysfsTree(root, self.nvml.scenario)
+        now = self.nvml.now()
+        sysfs.build(now)
+        self.sysfs, self._sysfs_second = sysfs, math.floor(now)
+        return root
+
+    def _time_moved(self, now: float) -> None:
+        """Bring the sysfs to `now` once a second of scenario time at most: a check reading it every few
+        seconds cannot tell, and a clock that follows wall time moves at every NVML call."""
+        if self.sysfs is not None and math.floor(now) != self._sysfs_second:
+            self._sysfs_second = math.floor(now)
+            self.sysfs.update(now)
+
     def prices(self) -> Dict[str, float]:
         """US$ per GPU-hour by NVML product name, from the scenario's models."""
         return {
@@ -142,6 +165,7 @@ class SimulatedNode:
         for server in (self.pod_resources, self.kubelet, self.dcgm_exporter):
             if server is not None:
                 server.stop()
+        self.sysfs = None
         if self._directory is not None:
             self._directory.cleanup()
         self.kubelet = self.pod_resources = self.dcgm_exporter = self._directory = None

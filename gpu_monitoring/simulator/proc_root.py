@@ -1,5 +1,6 @@
 """A fake proc root: `<pid>/{comm,cgroup,stat,status,environ}` as a GPU node's kernel would show them,
-and `driver/nvidia/gpus/<bus id>/information` as the NVIDIA kernel module writes it for each GPU.
+`driver/nvidia/gpus/<bus id>/information` as the NVIDIA kernel module writes it for each GPU, and
+`sys/kernel/random/boot_id`.
 
 Each container's cgroup path is rendered the way its runtime lays it out under the kubelet,
 for either cgroup driver and either cgroup version, and each Slurm job step's the way slurmstepd
@@ -9,6 +10,7 @@ lays it out, so the attribution code reads the same text it meets on real nodes.
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
@@ -39,16 +41,22 @@ _DEFAULT_START = 4_200_000  # clock ticks after boot: a process started some ele
 _PATH = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"}
 
 
-def build_proc_root(directory: Path, processes: Iterable[Mapping], devices: Iterable[DeviceSpec] = ()) -> Path:
+def build_proc_root(
+    directory: Path, processes: Iterable[Mapping], devices: Iterable[DeviceSpec] = (), boot_id: Optional[str] = None,
+) -> Path:
     """Write `<directory>/<pid>/{comm,cgroup,stat,status,environ}` for each process, the driver's record of
-    each device, and return `directory`.
+    each device, the kernel's boot ID when given, and return `directory`.
 
     A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
     keyword arguments of `cgroup_text`; optionally `uid` (0), `start_time` (clock ticks after
     boot) and `environ` (a mapping; a PATH by default).
     """
+    if boot_id is not None:
+        random_dir = directory / "sys" / "kernel" / "random"
+        random_dir.mkdir(parents=True, exist_ok=True)
+        (random_dir / "boot_id").write_text(f"{boot_id}\n")
     for device in devices:
-        gpu_dir = directory / "driver" / "nvidia" / "gpus" / _bus_location(device.pci_bus_id)
+        gpu_dir = directory / "driver" / "nvidia" / "gpus" / device.pci_address
         gpu_dir.mkdir(parents=True, exist_ok=True)
         (gpu_dir / "information").write_text(driver_information(device))
     for process in processes:
@@ -62,6 +70,13 @@ def build_proc_root(directory: Path, processes: Iterable[Mapping], devices: Iter
         environ = process.get("environ", _PATH)
         (pid_dir / "environ").write_text("".join(f"{key}={value}\0" for key, value in environ.items()))
     return directory
+
+
+def boot_id_of(scenario: str) -> str:
+    """The boot ID of a scenario's node: the kernel makes a random UUID at each boot
+    (`/proc/sys/kernel/random/boot_id`, Documentation/admin-guide/sysctl/kernel.rst); a simulated node
+    boots once, so it is one the scenario's name fixes."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"boot/{scenario}"))
 
 
 def replace_process(directory: Path, process: Mapping) -> None:
@@ -107,17 +122,10 @@ def driver_information(device: DeviceSpec) -> str:
         "Bus Type: \t PCIe\n"
         "DMA Size: \t 52 bits\n"
         "DMA Mask: \t 0xfffffffffffff\n"
-        f"Bus Location: \t {_bus_location(device.pci_bus_id)}\n"
+        f"Bus Location: \t {device.pci_address}\n"
         f"Device Minor: \t {device.get('minor_number', device.index)}\n"
         "GPU Excluded:\t No\n"
     )
-
-
-def _bus_location(nvml_bus_id: str) -> str:
-    """NVML's "%08X:%02X:%02X.0" bus ID as the driver writes it: "%04x:%02x:%02x.%x" (nv-procfs.c)."""
-    domain, bus, rest = nvml_bus_id.split(":")
-    slot, function = rest.split(".")
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(slot, 16):02x}.{int(function, 16):x}"
 
 
 def _stat(pid: int, name: str, start_time: int) -> str:
