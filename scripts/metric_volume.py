@@ -55,6 +55,9 @@ def _per_port(name: str) -> bool:
 def measure(scenario: str, profile: str, runs: int = RUNS) -> Volume:
     """What the last of `runs` runs, one interval apart, sent."""
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario, "metrics_profile": profile}])
+    # Each instance its own ID, as the Agent gives it: what one keeps in the persistent cache (held
+    # verdicts, resets counted toward escalation) is not another's.
+    check.check_id = f"{scenario}:{profile}"
     check.simulated_node.nvml.clock.set_speed(0)
     try:
         for run in range(runs):

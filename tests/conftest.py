@@ -129,6 +129,14 @@ class SimulatedNode:
         return {index: stub.status for index, stub in SimulatedNode.health().items()}
 
 
+@pytest.fixture(autouse=True)
+def fresh_persistent_cache():
+    """Each test's checks start with the Agent's persistent cache empty, as a new instance's would:
+    what one test's check kept there (held verdicts, NVLink links seen up) is not another's."""
+    _datadog_agent._cache.clear()
+    yield
+
+
 @pytest.fixture
 def aggregator():
     _aggregator.reset()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpu_monitoring import simulator
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli import CRITICAL_FOUND, main
 from gpu_monitoring.units import byte_size, human
 
 from .conftest import tag_dict
@@ -30,8 +30,9 @@ def scenario(name):
     return yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
 
 
-def check(capsys, *args):
-    assert main(["check", *args]) == 0
+def check(capsys, *args, code=0):
+    """`check`'s output; it exits `code` (CRITICAL_FOUND where a service check of the last run is CRITICAL)."""
+    assert main(["check", *args]) == code
     return capsys.readouterr().out
 
 
@@ -113,18 +114,19 @@ def test_pod_workloads_name_namespace_and_pod(capsys):
 def test_faults_alone_show_their_faults(capsys):
     first = min(fault["at"] for fault in scenario("faults")["faults"])
     assert first > 15, "the default two runs would not reach the faults"
-    out = check(capsys, "--simulate", "faults")
+    out = check(capsys, "--simulate", "faults", code=CRITICAL_FOUND)
     problems = out.split("=== Service checks not OK")[1].split("=== Events")[0]
     rows = [row.split() for row in problems.splitlines()[1:] if row.strip()]
     assert {(row[0], row[1], row[3]) for row in rows} >= {("device.health", "CRITICAL", "2")}
     assert any("XID 79" in " ".join(row) for row in rows)
     events = out.split("=== Events")[1]
-    assert re.findall(r"^\[(?:error|warning|info)\] XID (\d+) on GPU", events, re.M) == ["13", "79", "63"]
+    # The most severe first.
+    assert re.findall(r"^\[(?:error|warning|info)\] XID (\d+) on GPU", events, re.M) == ["79", "13", "63"]
     assert "What to do: " in events
 
 
 def test_json_carries_the_summary(capsys):
-    report = json.loads(check(capsys, "--simulate", "faults", "--json"))
+    report = json.loads(check(capsys, "--simulate", "faults", "--json", code=CRITICAL_FOUND))
     summary = report["summary"]
     assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "workloads", "service_checks_not_ok"}
     gpus = {row["gpu_index"]: row for row in summary["gpus"]}

@@ -7,6 +7,7 @@ import pytest
 from datadog_checks.base import AgentCheck, ConfigurationError
 
 from gpu_monitoring import GpuMonitoringCheck, cli
+from gpu_monitoring.metric_spec import SPEC
 
 MISSING_LIBRARY = "/nonexistent/libnvidia-ml.so.1"
 
@@ -170,7 +171,8 @@ def test_missing_library(aggregator, caplog):
         assert stub.status == AgentCheck.CRITICAL
         assert MISSING_LIBRARY in stub.message
         assert "nvml_library_path" in stub.message
-    assert aggregator.metric_names == []
+    # No GPU reading; only the node's own, read from sysfs this run without NVML.
+    assert all(SPEC[name[len("gpu_monitoring."):]].scope in ("node", "port") for name in aggregator.metric_names)
     assert aggregator.service_checks("gpu_monitoring.device.health") == []
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]

@@ -4,6 +4,8 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_metadata_metrics
 
+from gpu_monitoring.metric_spec import SPEC
+
 from .conftest import tag_dict
 
 MIB = 1024 * 1024
@@ -221,9 +223,10 @@ HOLDERS = {
 POD_TAGS = {"pod_name", "kube_namespace", "kube_container_name", "container_id"}
 # The tag that names the part of the GPU a series is of (a memory location, a slowdown reason).
 PART_TAGS = ("memory_location:", "throttle_reason:")
-NODE_METRICS = {"gpu_monitoring.devices.count"} | {
-    f"gpu_monitoring.fleet.devices.{stage}" for stage in ("total", "allocatable", "allocated", "active", "effective")
-}
+# Inventory: the GPU's own tags and its VBIOS, not its holder's (pods coming and going make no new series).
+INVENTORY = "gpu_monitoring.device.persistence_mode"
+# The node's own series and its ports': no GPU's tags.
+NODE_METRICS = {metric.full_name for metric in SPEC.values() if metric.scope in ("node", "port")}
 
 
 def test_device_tags(dgx, aggregator):
@@ -231,7 +234,8 @@ def test_device_tags(dgx, aggregator):
     device_series = [
         stub
         for name in aggregator.metric_names
-        if name not in NODE_METRICS and not name.startswith(("gpu_monitoring.process.", "gpu_monitoring.workload."))
+        if name not in NODE_METRICS | {INVENTORY}
+        and not name.startswith(("gpu_monitoring.process.", "gpu_monitoring.workload."))
         for stub in aggregator.metrics(name)
         # A link's series carries its GPU's tags and its nvlink_port: tests/test_nvlink.py.
         if "nvlink_port" not in tag_dict(stub.tags)

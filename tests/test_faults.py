@@ -185,16 +185,18 @@ def test_lost_gpu_recovers(faults):
     faults.run_until(75)
     assert faults.statuses()[2] == CRITICAL
     assert 2 not in faults.values("temperature")
-    faults.run()  # t=90: the GPU is back
+    faults.run()  # t=90: the GPU is back, and reads again; its XID 79 asked for a reboot, which has not been
     health = faults.health()[2]
-    assert health.status == OK
-    assert not health.message
+    assert health.status == CRITICAL
+    assert health.message.startswith("XID 79 (GPU has fallen off the bus)") and "(held since " in health.message
     for metric in ("temperature", "utilization.gpu", "memory.used", "power.usage", "clock.sm", "energy.consumed",
                    "nvlink.links.active"):
         assert 2 in faults.values(metric), metric
     assert faults.values("memory.used")[2] == 30000 * 1024 * 1024
     assert 50 <= faults.values("utilization.gpu")[2] <= 70
     assert faults.values("nvlink.links.active")[2] == 12
+    faults.run_until(120)  # the driver was reloaded at t=110: the hold is fixed
+    assert faults.health()[2].status == OK
 
 
 def test_lost_gpu_keeps_its_identity_across_nvml_restarts():

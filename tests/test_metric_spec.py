@@ -28,6 +28,7 @@ SCENARIOS = {
     "faults": (60, {}),
     "hgx-b200": (15, {}),
     "gh200": (30, {}),
+    "gpu-missing": (15, {}),
 }
 # Every metric the spec names: what the largest profile sends.
 FULL = {"metrics_profile": "full"}

@@ -186,6 +186,6 @@ def test_a_profile_does_not_read_what_it_does_not_send(node, aggregator):
     fewer = {function for function in full if standard[function] < full[function]}
     assert fewer == {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
                      "nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState"}
-    assert standard["nvmlDeviceGetClockInfo"] == 2  # the SM and memory clocks; not graphics nor video
+    assert standard["nvmlDeviceGetClockInfo"] == 1  # the SM clock; not memory, graphics nor video
     assert not {function for function in standard if standard[function] > full[function]}
     assert health["standard"] == health["full"] and len(health["full"]) == 8

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_monitoring import __version__, metric_spec, simulator
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli import CRITICAL_FOUND, main
 from gpu_monitoring.node_run import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
@@ -36,10 +36,11 @@ def collect(scenario, runs):
     return snapshots
 
 
-def run_cli(capsys, *args):
-    code = main(["check", *args])
+def run_cli(capsys, *args, code=0):
+    """`check`'s output; it exits `code` (CRITICAL_FOUND where a service check of the last run is CRITICAL)."""
+    exited = main(["check", *args])
     out = capsys.readouterr().out
-    assert code == 0
+    assert exited == code
     return out
 
 
@@ -120,8 +121,9 @@ def test_cli_json(capsys):
         ("gpu_monitoring.device.health", "OK"),
         ("gpu_monitoring.nvml.can_connect", "OK"),
         ("gpu_monitoring.kubelet.can_connect", "OK"),
+        ("gpu_monitoring.node.health", "OK"),
     }
-    assert len(report["service_checks"]) == 10
+    assert len(report["service_checks"]) == 11
     count = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.devices.count"]
     assert [m["value"] for m in count] == [8]
     temperatures = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.temperature"]
@@ -159,7 +161,7 @@ def test_cli_single_run_has_no_increase_to_show(capsys):
 
 def test_cli_faults_show_xids(capsys):
     # The faults start 20 s into the scenario: the runs go on until they have happened.
-    report = json.loads(run_cli(capsys, "--simulate", "faults", "--json"))
+    report = json.loads(run_cli(capsys, "--simulate", "faults", "--json", code=CRITICAL_FOUND))
     events = {tag_dict(e["tags"])["xid"]: e for e in report["events"]}
     assert set(events) == {"13", "63", "79"}
     assert events["79"]["alert_type"] == "error"
@@ -176,10 +178,10 @@ def test_cli_faults_show_xids(capsys):
 
 
 def test_cli_table(capsys):
-    out = run_cli(capsys, "--simulate", "faults", "--series")
+    out = run_cli(capsys, "--simulate", "faults", "--series", code=CRITICAL_FOUND)
     assert out.startswith("=== GPUs (6) ===")
     summary, series = out.split("=== Series sent to Datadog: ")
-    assert "=== Service checks not OK (5 of 7) ===" in summary
+    assert "=== Service checks not OK (5 of 8) ===" in summary
     assert "=== Events (3) ===" in summary
     assert series.startswith(f"{series.split()[0]} metrics, 7 service checks, 3 events ===")
     assert "--- Service checks (7) ---" in series and "--- Events (3) ---" in series
@@ -214,7 +216,7 @@ def test_cli_config_interval_and_tags(capsys, tmp_path):
         "  - {simulate: faults, min_collection_interval: 30, tags: [team:ml]}\n"
     )
     # Two runs 30 s apart reach t=30, past the faults at t=20.
-    report = json.loads(run_cli(capsys, "--config", str(config), "--json"))
+    report = json.loads(run_cli(capsys, "--config", str(config), "--json", code=CRITICAL_FOUND))
     assert {tag_dict(e["tags"])["xid"] for e in report["events"]} == {"13", "63", "79"}
     for item in report["metrics"] + report["service_checks"] + report["events"]:
         assert "team:ml" in item["tags"]
@@ -322,7 +324,8 @@ def test_cli_reads_a_sidecar_socket(capsys, tmp_path):
 
 
 def test_cli_socket_without_source_reads_the_sidecar(capsys, tmp_path):
-    report = json.loads(run_cli(capsys, "--socket", str(tmp_path / "absent.sock"), "--json", "--runs", "1"))
+    report = json.loads(run_cli(capsys, "--socket", str(tmp_path / "absent.sock"), "--json", "--runs", "1",
+                                code=CRITICAL_FOUND))
     (check,) = report["service_checks"]
     assert (check["name"], check["status"]) == ("gpu_monitoring.sidecar.can_connect", "CRITICAL")
     assert "absent.sock" in check["message"]

@@ -2,11 +2,12 @@
 functions on the PCI bus, the GPUs in the driver's record and the InfiniBand and RoCE ports.
 
 Cost per run (`scripts/bench.py --sysfs`): one listing of bus/pci/devices and a readlink per NVIDIA
-function (a function's identity is read once), one listing of the driver's GPU directory, the boot
-ID, and per port its state, physical state, rate and counters; no NVML call.
+function (a function's identity is read once), one listing of the driver's GPU directory, and per
+port its state, physical state, rate and counters; no NVML call.
 """
 
 import time
+from functools import cached_property
 from typing import Callable, Optional
 
 from ..driver_gpus import driver_gpu_bus_ids
@@ -24,9 +25,14 @@ class HardwareReader:
         self._pci = PciReader(sysfs_root)
         self._ports = PortReader(sysfs_root)
 
+    @cached_property
+    def _boot_id(self) -> Optional[str]:
+        """Read once: a reboot ends this process, so the boot ID it saw first holds for its life."""
+        return read_boot_id(self.proc_root)
+
     def read_into(self, node: Node) -> None:
         node.read_at = self.clock()
-        node.boot_id = read_boot_id(self.proc_root)
+        node.boot_id = self._boot_id
         node.driver_gpus = driver_gpu_bus_ids(self.proc_root)
         node.network_ports = self._ports.read()
         try:

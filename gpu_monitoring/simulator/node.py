@@ -120,6 +120,8 @@ class SimulatedNode:
         prices = self.prices()
         if prices:
             standing_in["hourly_price"] = prices
+        if scenario.node.expected_gpus is not None:
+            standing_in["expected_gpus"] = scenario.node.expected_gpus
         spec = self.nvml.scenario.dcgm_exporter
         if spec is not None:
             self.dcgm_exporter = DcgmExporterServer(self.nvml, spec, self.exporter_holders()).start()

@@ -20,6 +20,7 @@ GPU NVML lists is on the PCI bus, bound to `nvidia`, with its model's `pci_devic
 (0x030200, a 3D controller, unless the model says 0x030000, VGA). Besides them:
 
     node:
+      expected_gpus: 4                      # the GPUs its operator knows it has: stands in for expected_gpus
       pci:                                  # functions NVML does not list
         - {address: "0000:c1:00.0", kind: gpu, driver: none}   # on the bus, no driver bound
         - {address: "0000:51:00.0", kind: gpu, driver: vfio-pci}  # given to a VM
@@ -226,6 +227,8 @@ class PortSpec:
 class NodeSpec:
     pci: List[PciSpec] = field(default_factory=list)
     network: List[PortSpec] = field(default_factory=list)
+    # How many GPUs its operator knows the node has: stands in for the check's `expected_gpus`.
+    expected_gpus: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +335,8 @@ def _node(raw: Dict[str, Any], devices: List[DeviceSpec]) -> NodeSpec:
         seen = Counter(getattr(port, what) for port in network)
         if any(n > 1 for n in seen.values()):
             raise ValueError(f"node.network: a port's {what} given twice among {sorted(seen)}")
-    return NodeSpec(pci, network)
+    expected = raw.get("expected_gpus")
+    return NodeSpec(pci, network, None if expected is None else int(expected))
 
 
 def _address(text: str) -> str:

@@ -79,7 +79,8 @@ def _renumbered(instance: Dict[str, Any], pid: int) -> Dict[str, Any]:
 
 
 def _bus(index: int) -> str:
-    return f"00000000:{index + 1:02X}:00.0"
+    # PCI domain 1: the scenario's NVSwitches and NICs keep their addresses in domain 0.
+    return f"00000001:{index + 1:02X}:00.0"
 
 
 def _raw(name: str) -> Dict[str, Any]:
