@@ -7,7 +7,8 @@ whole soak: XIDs of every kind (79 takes its GPU off the bus for a while), uncor
 errors, thermal slowdown, NVLink and PCIe faults, and a driver reload every 1,000 runs.
 
 - Local mode moves scenario time one 15 s interval per run, so every XID of the timeline is due
-  at a known run: the XIDs counted (`xid_errors`, and one event each) must equal the timeline's.
+  at a known run: the XIDs counted (`xid_errors`, and those the events count: one event per GPU,
+  code and run, its count in its title) must equal the timeline's.
 - Sidecar mode runs a real sidecar subprocess at high speed and, every 1,000 runs, kills it
   (SIGKILL) and starts it again on the same journal, once after tearing the journal's tail as a
   crash mid-write would. XIDs raised while no sidecar runs are never seen, as on a real node, so
@@ -20,6 +21,7 @@ after warm-up and at the end, with the tracemalloc top allocations growth.
 import argparse
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +45,7 @@ RESTART_EVERY = 1000
 XID_EVERY = 23  # runs between XIDs: a prime, so codes and GPUs meet in every combination
 CODES = [13, 31, 43, 48, 63, 74, 79, 94, 119]
 WARM_UP = 200
+COUNT = re.compile(r"^XID \d+ × ([\d,]+) ")
 
 
 def timeline(runs: int, devices: int) -> List[dict]:
@@ -85,6 +88,12 @@ def xids_counted() -> int:
     return int(sum(stub.value for stub in aggregator.metrics("gpu_monitoring.xid_errors")))
 
 
+def xids_in(title: str) -> int:
+    """The XIDs an event stands for: the count its title gives ("XID 13 × 3,000 on GPU 0"), else one."""
+    found = COUNT.search(title)
+    return int(found.group(1).replace(",", "")) if found else 1
+
+
 class Soak:
     def __init__(self, check: GpuMonitoringCheck):
         self.check = check
@@ -99,7 +108,7 @@ class Soak:
         if error:
             self.escaped.append(error.splitlines()[0])
         self.xids += xids_counted()
-        self.events += len(aggregator.events)
+        self.events += sum(xids_in(event["msg_title"]) for event in aggregator.events)
 
     def mark(self, name: str) -> None:
         self.rss[name] = rss_mib()
