@@ -183,8 +183,8 @@ def test_cli_table(capsys):
     summary, series = out.split("=== Series sent to Datadog: ")
     assert "=== Service checks not OK (5 of 8) ===" in summary
     assert "=== Events (3) ===" in summary
-    assert series.startswith(f"{series.split()[0]} metrics, 7 service checks, 3 events ===")
-    assert "--- Service checks (7) ---" in series and "--- Events (3) ---" in series
+    assert series.startswith(f"{series.split()[0]} metrics, 8 service checks, 3 events ===")
+    assert "--- Service checks (8) ---" in series and "--- Events (3) ---" in series
     assert "[error] XID 79 on GPU 2" in summary and "[error] XID 79 on GPU 2" in series
     assert "CRITICAL" in summary
 
