@@ -230,12 +230,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             return
         node = Node()
         self._hardware.read_into(node)
-        snapshot = Snapshot(timestamp=time.time(), node=node)
-        verdict = self.node_judge.judge(snapshot, nvml_read=False)
         self._held.booted(node.boot_id)
-        self._held.judge_node(verdict.health, snapshot.timestamp)
-        self.submitter.submit_node(NodeReport(verdict, self.options.expected_gpus, self._held.held_count,
-                                              self._held.escalated_count))
+        self.submitter.submit_node(self._node(Snapshot(timestamp=time.time(), node=node), nvml_read=False))
         self._save_held()
 
     @cached_property
@@ -326,11 +322,13 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self.write_persistent_cache(HELD_VERDICTS, text)
             self._held_written = text
 
-    def _node(self, snapshot: Snapshot) -> NodeReport:
-        """The node's verdict, with what is held of earlier ones; after the GPUs' (it counts their holds)."""
-        verdict = self.node_judge.judge(snapshot)
+    def _node(self, snapshot: Snapshot, nvml_read: bool = True) -> NodeReport:
+        """The node's verdict, with what is held of earlier ones; after the GPUs' (it counts their holds).
+        A run whose NVML could not be read lists no GPU, and forgets none of theirs."""
+        verdict = self.node_judge.judge(snapshot, nvml_read)
         self._held.judge_node(verdict.health, snapshot.timestamp)
-        self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
+        if nvml_read:
+            self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
         return NodeReport(verdict, self.options.expected_gpus, self._held.held_count, self._held.escalated_count)
 
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:

@@ -9,6 +9,7 @@ otherwise), and fewer up at the expected rate than the node should have.
 """
 
 import fnmatch
+import logging
 from dataclasses import dataclass
 from statistics import multimode
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -17,6 +18,8 @@ from .driver_gpus import nvml_bus_id
 from .health import Health
 from .service_checks import Status
 from .snapshot import NetworkPort, PciFunction, Snapshot
+
+log = logging.getLogger(__name__)
 
 PASSED_TO_VM = "vfio-pci"
 NVIDIA_DRIVER = "nvidia"
@@ -80,6 +83,7 @@ class NodeJudge:
         self.expected_rate = expected_rate
         self.exclude = list(exclude)
         self._previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]] = {}
+        self._told: Optional[str] = None
 
     def judge(self, snapshot: Snapshot, nvml_read: bool = True) -> NodeVerdict:
         """`nvml_read` False: NVML could not be read this run (its own service check says why), so the
@@ -108,10 +112,19 @@ class NodeJudge:
             on_bus = None
         else:
             on_bus = _gpus_on_bus(health, snapshot, self.sysfs_root, nvml_read)
+        self._tell_sysfs(health)
         found = len(snapshot.devices) if nvml_read else on_bus
         if self.expected_gpus is not None and found is not None and found < self.expected_gpus:
             health.add(Status.CRITICAL, f"{self.expected_gpus} GPUs expected, {found} found")
         return on_bus
+
+    def _tell_sysfs(self, health: Health) -> None:
+        """A sysfs_root that cannot show the host's PCI bus is a deployment mistake: logged once per change."""
+        problem = next((reason for reason in health.reasons if reason.startswith(f"sysfs_root {self.sysfs_root} ")),
+                       None)
+        if problem is not None and problem != self._told:
+            log.warning("%s", problem)
+        self._told = problem
 
     def _series(self, port: NetworkPort, timestamp: float) -> PortSeries:
         values: Dict[str, float] = {"network.port.up": int(_up(port))}

@@ -205,3 +205,11 @@ def test_without_nvml_the_bus_is_judged_against_the_driver_record_alone():
     verdict = judge(expected_gpus=4).judge(taken, nvml_read=False)
     assert verdict.health.reasons == [
         "0000:5d:00.0 is bound to nvidia but the driver did not set it up (not in its GPU record)"]
+
+
+def test_a_wrong_sysfs_root_is_logged_once(caplog):
+    nodejudge = judge()
+    for _ in range(3):
+        nodejudge.judge(snapshot(functions=[]))
+    told = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(told) == 1 and told[0].startswith("sysfs_root /host/sys shows no NVIDIA GPU")
