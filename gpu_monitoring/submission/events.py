@@ -123,7 +123,7 @@ def _event(judged: _Judged) -> dict:
         "source_type_name": "gpu_monitoring",
         "msg_title": f"{xid.label(event.code, group.count)} on {where}: {info.meaning}",
         "msg_text": (
-            f"NVIDIA XID {event.code} ({info.meaning}, origin: {info.origin}) on {where}{instance}{uuid}, "
+            f"NVIDIA XID {event.code} ({info.meaning}, origin: {info.origin}) on {where}{instance}{uuid}"
             f"{_when(group)}.\n\nWhat to do: {info.advice}"
         ),
         "alert_type": _ALERT[info.severity],
@@ -133,9 +133,10 @@ def _event(judged: _Judged) -> dict:
 
 
 def _when(group: _Group) -> str:
+    """When many came, from the first to the last; one is said by the event's own timestamp."""
     if group.count == 1:
-        return f"at {_time(group.first)}"
-    return f"{group.count:,} times from {_time(group.first)} to {_time(group.last)}"
+        return ""
+    return f", {group.count:,} times from {_time(group.first)} to {_time(group.last)}"
 
 
 def _time(timestamp: float) -> str:
