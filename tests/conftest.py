@@ -54,11 +54,13 @@ class SimulatedNode:
     def __init__(self, simulate, **options):
         options = dict({"metrics_profile": "full"}, **options)
         self.check = GpuMonitoringCheck("gpu_monitoring", {}, [dict(options, simulate=str(simulate))])
+        self.sim = self.check.simulated_node.nvml
+        # Frozen before the node starts: writing its proc root and sysfs takes wall time, which must
+        # not move scenario time.
+        self.sim.clock.set_speed(0)
         # Started now rather than by the first run, so that a test can change what the simulated
         # kubelet and pod-resources answer before that run.
         self.check.start()
-        self.sim = self.check.simulated_node.nvml
-        self.sim.clock.set_speed(0)
         self.runs = 0
 
     @property

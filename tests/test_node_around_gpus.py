@@ -76,18 +76,17 @@ def test_the_faults_timeline(node, aggregator):
 
 
 def test_a_held_verdict_survives_an_agent_restart_in_sidecar_mode(tmp_path, aggregator):
-    """The sidecar runs the faults node 20 times faster than real time from t=15; a check sees GPU 3's
-    double-bit error (its event and its count), another check (the Agent restarted) still holds it, and
-    the driver reload at t=110 clears it."""
+    """The sidecar runs the faults node 20 times faster than real time from t=15; a check reads GPU 3's
+    double-bit error event, another check (the Agent restarted) still holds it, and the driver reload at
+    t=110 clears it."""
     sidecar = SidecarProcess(tmp_path, "faults", "--speed", "20", "--start-at", "15").start()
     instance = {"source": "sidecar", "sidecar_socket": sidecar.socket, "kubernetes": False}
     started = time.monotonic()
     try:
         first = GpuMonitoringCheck("gpu_monitoring", {}, [instance])
-        seen = set()
-        wait_until(lambda: seen.update(_gpu3(first, aggregator)[1].split("; ")) or
-                   {"double-bit ECC error event", "2 uncorrectable ECC errors since the last run"} <= seen,
-                   20, f"GPU 3's DBE was never seen whole: {seen}")
+        # Its event read (the journal's cursor moved past it), whether or not a run before it saw the count.
+        wait_until(lambda: "double-bit ECC error event" in _gpu3(first, aggregator)[1], 20,
+                   "GPU 3's double-bit ECC error event was never read")
         # The node is judged in sidecar mode too, from the sysfs the sidecar read.
         assert node_health(aggregator).status in (AgentCheck.OK, AgentCheck.WARNING)
         assert len(aggregator.metrics("gpu_monitoring.network.port.up")) == 4
