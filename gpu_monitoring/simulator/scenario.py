@@ -15,36 +15,10 @@ lack functions (`missing_functions`, symbols absent as from an old driver) and r
       interval: 30             # seconds between DCGM's samples (dcgm-exporter's -c, 30000 ms by default)
       hostname_label: Hostname # or `hostname`, as dcgm-exporter names it since May 2026
 
-`node` describes what the kernel shows around the GPUs (simulator.sysfs_root writes it as sysfs). Every
-GPU NVML lists is on the PCI bus, bound to `nvidia`, with its model's `pci_device_id` and `pci_class`
-(0x030200, a 3D controller, unless the model says 0x030000, VGA). Besides them:
-
-    node:
-      expected_gpus: 4                      # the GPUs its operator knows it has: stands in for expected_gpus
-      pci:                                  # functions NVML does not list
-        - {address: "0000:c1:00.0", kind: gpu, driver: none}   # on the bus, no driver bound
-        - {address: "0000:51:00.0", kind: gpu, driver: vfio-pci}  # given to a VM
-        - {address: "0000:05:00.0", kind: nvswitch, device_id: 0x22a3}  # driver nvidia by default
-        - {address: "0000:41:00.1", kind: audio, device_id: 0x22ba}     # driver snd_hda_intel by default
-      network:                              # RDMA ports, each on a Mellanox/NVIDIA NIC function
-        - {device: mlx5_0, pci: "0000:15:00.0"}
-        - {device: mlx5_8, pci: "0000:29:00.1", link_layer: Ethernet, rate: 100, netdev: enp41s0f1np1}
-
-A GPU entry's `device_id` is by default the node's GPUs' (its PCI device ID, as `lspci -n` shows it);
-`class` replaces the kind's class code (0x030000 for a VGA GPU); `driver: none` (or null) leaves a
-function unbound. A port's keys and their defaults: `port` 1,
-`link_layer` InfiniBand (or Ethernet: RoCE), `rate` 400 (Gb/s, one of PORT_RATES' for its link
-layer), `netdev` as systemd's predictable naming calls the NIC function's interface (ibp21s0,
-enp41s0f1np1), `pci_device_id` 0x1021 (ConnectX-7), `traffic_gbps` the data each direction carries
-(a quarter of the rate), `counters` the PortCounters the port held at t=0 (link_downed, symbol_error...).
-
-Port faults name their port `device/port`: `{at: 35, kind: port_flap, port: mlx5_1/1}`; any of them may
-add to the error counters when it begins: `counters: {symbol_error: 40}`.
+`node` describes what the kernel shows around the GPUs: simulator.node_spec.
 """
 
-import re
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -52,10 +26,11 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import pynvml
 import yaml
 
+from .node_spec import FLAP_SECONDS, PORT_FAULTS, PORT_RATES, NodeSpec, PortSpec, checked_counters, node_spec
+
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # Scenarios are a few KiB; a path to anything far larger is a mistake, not a node to read into memory.
 MAX_SCENARIO_BYTES = 16 * 1024 * 1024
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 FAULT_KINDS = {
     "xid",  # an XID event (`count` of them: a storm); `lost_for` also makes the GPU fall off the bus
@@ -79,49 +54,8 @@ FAULT_KINDS = {
     # link_error_recovery count it, while a read before and one after both find the port up
     "port_slow",  # `port` retrained at `rate` Gb/s for `duration` (None: to the end); not a link down
 }
-PORT_FAULTS = ("port_down", "port_flap", "port_slow")
-FLAP_SECONDS = 2.0
-
-NVIDIA_VENDOR = 0x10DE
 # A model without its `pci_device_id`: an H100 SXM's (pci.ids: 10de:2330 GH100[H100 SXM5 80GB]).
 DEFAULT_PCI_DEVICE_ID = 0x233010DE
-MELLANOX_VENDOR = 0x15B3
-# pci.ids: 15b3:1021 MT2910 Family [ConnectX-7].
-CONNECTX_7 = 0x1021
-# Each kind of NVIDIA PCI function a scenario may add: its class code (base class, subclass and
-# programming interface, as the PCI SIG's code assignment numbers them) and the driver that binds
-# it unless the entry says otherwise. An NVSwitch is an "other bridge"; a GPU with display outputs
-# has an HD Audio function beside it.
-PCI_KINDS = {
-    "gpu": (0x030200, "nvidia"),
-    "nvswitch": (0x068000, "nvidia"),
-    "audio": (0x040300, "snd_hda_intel"),
-}
-# An RDMA NIC's function: an InfiniBand or an Ethernet controller, bound to mlx5_core.
-NIC_CLASSES = {"InfiniBand": 0x020700, "Ethernet": 0x020000}
-NIC_DRIVER = "mlx5_core"
-# A port's rate in Gb/s as the kernel reports it: width and IB speed (drivers/infiniband/core/sysfs.c
-# rate_show). InfiniBand ports train 4 lanes; an Ethernet port's are what mlx5 derives from the
-# link's Ethernet protocol (drivers/infiniband/hw/mlx5/main.c translate_eth_*_proto_oper).
-PORT_RATES = {
-    "InfiniBand": {10: "4X SDR", 20: "4X DDR", 40: "4X QDR", 56: "4X FDR", 100: "4X EDR", 200: "4X HDR",
-                   400: "4X NDR", 800: "4X XDR"},
-    "Ethernet": {10: "1X QDR", 25: "1X EDR", 40: "4X QDR", 50: "2X EDR", 100: "4X EDR", 200: "4X HDR",
-                 400: "4X NDR"},
-}
-DEFAULT_TRAFFIC_SHARE = 0.25
-# The counters a port shows, with their widths in bits: the InfiniBand specification's PortCounters
-# fields (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR), the data counters PortCountersExtended's.
-PORT_COUNTER_BITS = {
-    "link_downed": 8,
-    "symbol_error": 16,
-    "link_error_recovery": 8,
-    "port_rcv_errors": 16,
-    "port_xmit_discards": 16,
-    "port_rcv_data": 64,
-    "port_xmit_data": 64,
-}
-
 
 EXPORTER_COUNTERS = ("default", "profiling")
 HOSTNAME_LABELS = ("Hostname", "hostname")
@@ -189,46 +123,6 @@ class DeviceSpec:
         domain, bus, rest = self.pci_bus_id.split(":")
         slot, function = rest.split(".")
         return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(slot, 16):02x}.{int(function, 16):x}"
-
-
-@dataclass(frozen=True)
-class PciSpec:
-    """A PCI function: one of `node.pci`, or one the sysfs derives from a GPU or an RDMA port (kind `nic`).
-    `driver` None: none bound."""
-
-    address: str
-    kind: str
-    device_id: int
-    class_code: int
-    driver: Optional[str]
-    vendor: int = NVIDIA_VENDOR
-
-
-@dataclass
-class PortSpec:
-    """One RDMA port: port `port` of RDMA device `device`, on NIC function `pci`."""
-
-    device: str
-    port: int
-    pci: str
-    link_layer: str
-    rate: int
-    netdev: str
-    pci_device_id: int
-    traffic_gbps: float
-    counters: Dict[str, int]
-
-    @property
-    def name(self) -> str:
-        return f"{self.device}/{self.port}"
-
-
-@dataclass
-class NodeSpec:
-    pci: List[PciSpec] = field(default_factory=list)
-    network: List[PortSpec] = field(default_factory=list)
-    # How many GPUs its operator knows the node has: stands in for the check's `expected_gpus`.
-    expected_gpus: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -304,7 +198,8 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
     faults = sorted((_fault(entry) for entry in raw.get("faults", [])), key=lambda f: f.at)
     known = {"description", "driver", "missing_functions", "refused_fields", "models", "devices", "faults",
              "dcgm_exporter", "node"}
-    node = _node(raw.get("node") or {}, devices)
+    node = node_spec(raw.get("node") or {}, [d.pci_address for d in devices],
+                     devices[0].pci_device_id >> 16 if devices else None)
     _check_port_faults(faults, node.network)
     return Scenario(
         name=name,
@@ -320,88 +215,8 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
     )
 
 
-def _node(raw: Dict[str, Any], devices: List[DeviceSpec]) -> NodeSpec:
-    gpu_device_id = devices[0].pci_device_id >> 16 if devices else None
-    pci = [_pci(entry, gpu_device_id) for entry in raw.get("pci", [])]
-    entries = raw.get("network", [])
-    slots = Counter(_address(e["pci"]).rpartition(".")[0] for e in entries)
-    network = [_port(entry, slots) for entry in entries]
-    addresses = [d.pci_address for d in devices] + [f.address for f in pci]
-    addresses += list(dict.fromkeys(port.pci for port in network))
-    repeated = sorted(a for a, n in Counter(addresses).items() if n > 1)
-    if repeated:
-        raise ValueError(f"node: more than one PCI function at {', '.join(repeated)}")
-    for what in ("name", "netdev"):
-        seen = Counter(getattr(port, what) for port in network)
-        if any(n > 1 for n in seen.values()):
-            raise ValueError(f"node.network: a port's {what} given twice among {sorted(seen)}")
-    expected = raw.get("expected_gpus")
-    return NodeSpec(pci, network, None if expected is None else int(expected))
-
-
-def _address(text: str) -> str:
-    address = str(text).lower()
-    if not _PCI_ADDRESS.fullmatch(address):
-        raise ValueError(f"node: {text!r} is not a PCI address as the kernel writes one (0000:18:00.0)")
-    return address
-
-
-def _pci(entry: Dict[str, Any], gpu_device_id: Optional[int]) -> PciSpec:
-    kind = entry.get("kind")
-    if kind not in PCI_KINDS:
-        raise ValueError(f"node.pci: kind is one of {', '.join(PCI_KINDS)}; got {entry!r}")
-    class_code, driver = PCI_KINDS[kind]
-    device_id = entry.get("device_id", gpu_device_id if kind == "gpu" else None)
-    if device_id is None:
-        raise ValueError(f"node.pci: {entry!r} needs its device_id")
-    driver = entry.get("driver", driver)
-    return PciSpec(
-        address=_address(entry["address"]),
-        kind=kind,
-        device_id=int(device_id),
-        class_code=int(entry.get("class", class_code)),
-        driver=None if driver in (None, "none") else str(driver),
-    )
-
-
-def _port(entry: Dict[str, Any], slots: Counter) -> PortSpec:
-    link_layer = entry.get("link_layer", "InfiniBand")
-    rate = entry.get("rate", 400)
-    if rate not in PORT_RATES.get(link_layer, {}):
-        raise ValueError(f"node.network: link_layer is InfiniBand or Ethernet, and rate one of its "
-                         f"{PORT_RATES.get(link_layer, PORT_RATES['InfiniBand'])} Gb/s; got {entry!r}")
-    address = _address(entry["pci"])
-    return PortSpec(
-        device=str(entry["device"]),
-        port=int(entry.get("port", 1)),
-        pci=address,
-        link_layer=link_layer,
-        rate=int(rate),
-        netdev=str(entry.get("netdev") or _netdev(address, link_layer, slots[address.rpartition(".")[0]] > 1)),
-        pci_device_id=int(entry.get("pci_device_id", CONNECTX_7)),
-        traffic_gbps=float(entry.get("traffic_gbps", rate * DEFAULT_TRAFFIC_SHARE)),
-        counters=_counters(entry.get("counters", {}), f"node.network {entry!r}"),
-    )
-
-
-def _counters(raw: Dict[str, Any], where: str) -> Dict[str, int]:
-    unknown = set(raw) - set(PORT_COUNTER_BITS)
-    if unknown:
-        raise ValueError(f"{where}: counters are among {', '.join(PORT_COUNTER_BITS)}; got {sorted(unknown)}")
-    return {name: int(value) for name, value in raw.items()}
-
-
-def _netdev(address: str, link_layer: str, multifunction: bool) -> str:
-    """The interface's name by systemd's predictable naming (systemd.net-naming-scheme): `ib` or `en`,
-    then p<bus>s<slot>, f<function> where the slot has several, and for mlx5's Ethernet uplinks the
-    physical port's name, n + "p<port>" (the function's port on a NIC with one function a port)."""
-    _, bus, rest = address.split(":")
-    slot, function = (int(part, 16) for part in rest.split("."))
-    name = f"p{int(bus, 16)}s{slot}" + (f"f{function}" if multifunction else "")
-    return f"ib{name}" if link_layer == "InfiniBand" else f"en{name}np{function}"
-
-
 def _check_port_faults(faults: List[Fault], ports: List[PortSpec]) -> None:
+    """Each port fault names a port of the node, with counters and a rate its link layer has."""
     by_name = {port.name: port for port in ports}
     for fault in faults:
         if fault.kind not in PORT_FAULTS:
@@ -410,7 +225,7 @@ def _check_port_faults(faults: List[Fault], ports: List[PortSpec]) -> None:
         if port is None:
             raise ValueError(f"fault {fault.kind} at {fault.at}: port is one of node.network's {sorted(by_name)}; "
                              f"got {fault.params.get('port')!r}")
-        _counters(fault.params.get("counters", {}), f"fault {fault.kind} at {fault.at}")
+        checked_counters(fault.params.get("counters", {}), f"fault {fault.kind} at {fault.at}")
         if fault.kind == "port_slow" and fault.params.get("rate") not in PORT_RATES[port.link_layer]:
             raise ValueError(f"fault port_slow at {fault.at}: rate is one of {sorted(PORT_RATES[port.link_layer])} "
                              f"Gb/s for {port.name}; got {fault.params.get('rate')!r}")

@@ -31,18 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-from .scenario import (
+from .node_spec import (
     MELLANOX_VENDOR,
     NIC_CLASSES,
     NIC_DRIVER,
     PORT_COUNTER_BITS,
     PORT_FAULTS,
     PORT_RATES,
-    Fault,
     PciSpec,
     PortSpec,
-    Scenario,
 )
+from .scenario import Fault, Scenario
 
 # What each direction carries of a port's traffic: a little less comes back than goes out.
 DATA_SHARES = {"port_xmit_data": 1.0, "port_rcv_data": 0.9}
