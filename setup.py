@@ -18,7 +18,7 @@ setup(
     # the check by, with the example configuration `datadog-agent integration install` copies.
     packages=find_packages(include=["gpu_monitoring", "gpu_monitoring.*"]) + ["datadog_checks.gpu_monitoring"],
     package_data={
-        "gpu_monitoring": ["metrics.yaml", "xid_catalog.yaml", "simulator/scenarios/*.yaml"],
+        "gpu_monitoring": ["metrics/metrics.yaml", "health/xid_catalog.yaml", "simulator/scenarios/*.yaml"],
         "datadog_checks.gpu_monitoring": ["data/*.yaml*"],
     },
     # Only what the Agent's embedded Python already has: `integration install` adds no dependency.
@@ -53,7 +53,7 @@ setup(
         # make bench: docs/performance.png.
         "bench": ["matplotlib>=3.8"],
     },
-    entry_points={"console_scripts": ["gpu-monitoring=gpu_monitoring.cli:main"]},
+    entry_points={"console_scripts": ["gpu-monitoring=gpu_monitoring.cli.main:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",

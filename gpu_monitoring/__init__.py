@@ -1,4 +1,3 @@
-from .__about__ import __version__
-from .check import GpuMonitoringCheck
+from gpu_monitoring.__about__ import __version__
 
-__all__ = ["__version__", "GpuMonitoringCheck"]
+__all__ = ["__version__"]

@@ -8,32 +8,32 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
 
-from . import health
-from .attribution import Attribution, Settings, attribute
-from .config_models import ConfigMixin
-from .dcgm import DcgmReader
-from .dcgm.outcome import state_of
-from .deps import require
-from .held_verdicts import HeldVerdicts
-from .kube.allocations import AllocationReader
-from .kube.kubelet import KubeletClient, KubeletError
-from .kube.pod_list import PodInfo
-from .metric_spec import SPEC, sent_in
-from .node.hardware import HardwareReader
-from .node_health import NodeJudge
-from .nvml.errors import NvmlError
-from .service_checks import ReasonedServiceCheck, Status
-from .settings import CheckSettings, derive
-from .sidecar.client import SidecarClient, SidecarUnavailable
-from .snapshot import Allocations, Device, Node, Snapshot
-from .sources import LocalSource, SidecarSource
-from .submission import NodeReport, Submitter
+from gpu_monitoring.attribution import Attribution, Settings, attribute
+from gpu_monitoring.config.settings import CheckSettings, derive
+from gpu_monitoring.config_models import ConfigMixin
+from gpu_monitoring.dcgm import DcgmReader
+from gpu_monitoring.dcgm.outcome import state_of
+from gpu_monitoring.deps import require
+from gpu_monitoring.health import device_health as health
+from gpu_monitoring.health.held_verdicts import HeldVerdicts
+from gpu_monitoring.health.node_health import NodeJudge
+from gpu_monitoring.health.service_checks import ReasonedServiceCheck, Status
+from gpu_monitoring.kube.allocations import AllocationReader
+from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
+from gpu_monitoring.kube.pod_list import PodInfo
+from gpu_monitoring.metrics.spec import SPEC, sent_in
+from gpu_monitoring.node.hardware import HardwareReader
+from gpu_monitoring.nvml.errors import NvmlError
+from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
+from gpu_monitoring.snapshot import Allocations, Device, Node, Snapshot
+from gpu_monitoring.sources import LocalSource, SidecarSource
+from gpu_monitoring.submission import NodeReport, Submitter
 
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.
 if TYPE_CHECKING:
-    from .node_run import NodeReader
-    from .simulator.node import SimulatedNode
+    from gpu_monitoring.collectors.node_reader import NodeReader
+    from gpu_monitoring.simulator.node import SimulatedNode
 
 CAN_CONNECT = "nvml.can_connect"
 KUBELET_CAN_CONNECT = "kubelet.can_connect"
@@ -114,8 +114,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     def _open_reader(self) -> "NodeReader":
         require("pynvml")  # a missing package is named, with the command that adds it
-        from .node_run import NodeReader
-        from .nvml.session import NvmlSession
+        from gpu_monitoring.collectors.node_reader import NodeReader
+        from gpu_monitoring.nvml.session import NvmlSession
 
         library = self.simulated_node.nvml.library if self.simulated_node else self.options.nvml_library_path
         return NodeReader(
@@ -359,8 +359,8 @@ def _orchestrator_tags(entity: str) -> List[str]:
 
 
 def _simulated_node(scenario: str) -> "SimulatedNode":
-    from .simulator import ScenarioError
-    from .simulator.node import simulated_node
+    from gpu_monitoring.simulator import ScenarioError
+    from gpu_monitoring.simulator.node import simulated_node
 
     try:
         return simulated_node(scenario)

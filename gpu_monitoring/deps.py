@@ -7,7 +7,7 @@ kubelet's pod-resources API). A missing one is reported with the command that ad
 import importlib
 from types import ModuleType
 
-from .__about__ import DEPS
+from gpu_monitoring.__about__ import DEPS
 
 AGENT_PIP = "/opt/datadog-agent/embedded/bin/pip"
 AGENT_CONSTRAINTS = "/opt/datadog-agent/final_constraints-py3.txt"

@@ -4,14 +4,14 @@ import json
 import logging
 from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
 
-from .deps import MissingPackage
-from .nvml.errors import LibraryUnavailable
-from .sidecar import protocol
-from .sidecar.client import SidecarClient, SidecarUnavailable
-from .snapshot import Event, Snapshot
+from gpu_monitoring.deps import MissingPackage
+from gpu_monitoring.nvml.errors import LibraryUnavailable
+from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
+from gpu_monitoring.snapshot import Event, Snapshot
 
 if TYPE_CHECKING:
-    from .node_run import NodeReader
+    from gpu_monitoring.collectors.node_reader import NodeReader
 
 log = logging.getLogger(__name__)
 

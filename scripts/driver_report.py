@@ -226,7 +226,7 @@ def check_costs(simulate: Optional[str], runs: int, interval: float) -> Dict[str
     from bench_support.floor import FloorCheck
     from bench_support.harness import reset_stubs, series_count, submitted
 
-    from gpu_monitoring import GpuMonitoringCheck
+    from gpu_monitoring.check import GpuMonitoringCheck
 
     instance = {"simulate": simulate} if simulate else {}
     with Tally() as tally:  # every function is looked up through the tally from the first run on

@@ -20,8 +20,8 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from datadog_checks.base.stubs import aggregator  # noqa: E402
 
-from gpu_monitoring import GpuMonitoringCheck  # noqa: E402
-from gpu_monitoring.metric_spec import NAMESPACE, PROFILES, SPEC  # noqa: E402
+from gpu_monitoring.check import GpuMonitoringCheck  # noqa: E402
+from gpu_monitoring.metrics.spec import NAMESPACE, PROFILES, SPEC  # noqa: E402
 from gpu_monitoring.simulator.scenario import available  # noqa: E402
 
 RUNS = 2

@@ -37,7 +37,7 @@ from datadog_checks.base.stubs import aggregator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_monitoring import GpuMonitoringCheck  # noqa: E402
+from gpu_monitoring.check import GpuMonitoringCheck  # noqa: E402
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable  # noqa: E402
 
 INTERVAL = 15

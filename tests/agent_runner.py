@@ -36,13 +36,18 @@ class Records(logging.Handler):
 def load(name):
     """The check's module and class, found as the Agent's loader finds them."""
     failures = []
+    # The Agent's loader goes on to the next name both when a module does not import and when it
+    # holds no check class (datadog-agent pkg/collector/python/loader.go), and reports every failure.
     for module_name in (f"datadog_checks.{name}", name):
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
             failures.append(f"{module_name}: {e!r}")
             continue
-        return module, check_class(module)
+        found = check_class(module)
+        if found is not None:
+            return module, found
+        failures.append(f"{module_name}: no AgentCheck subclass")
     raise SystemExit("could not load the check: " + "; ".join(failures))
 
 
@@ -54,7 +59,7 @@ def check_class(module):
         if (isinstance(candidate, type) and issubclass(candidate, AgentCheck) and candidate is not AgentCheck
                 and not candidate.__subclasses__()):
             return candidate
-    raise SystemExit(f"{module.__name__} has no AgentCheck subclass")
+    return None
 
 
 def collected(aggregator):

@@ -31,8 +31,9 @@ from datadog_api_client.model_utils import (
 from datadog_checks.base.stubs import aggregator as stub_aggregator
 from datadog_checks.base.stubs import tagger
 
-from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.metric_spec import PROFILES, SPEC
+from gpu_monitoring import simulator
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.metrics.spec import PROFILES, SPEC
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"

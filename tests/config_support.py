@@ -4,8 +4,8 @@ from typing import Any, Dict
 
 from datadog_checks.base import AgentCheck
 
+from gpu_monitoring.config.settings import CheckSettings, derive
 from gpu_monitoring.config_models import InstanceConfig
-from gpu_monitoring.settings import CheckSettings, derive
 
 MODELS = "gpu_monitoring.config_models"
 

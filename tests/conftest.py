@@ -9,7 +9,7 @@ import pytest
 from datadog_checks.base.stubs import aggregator as _aggregator
 from datadog_checks.base.stubs import datadog_agent as _datadog_agent
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 
 # The driver and device model that scenarios written by tests share; devices and faults follow.
 H100_PCIE_NODE = '''driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}

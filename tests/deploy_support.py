@@ -15,8 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_monitoring import driver_gpus
-from gpu_monitoring.node import boot, infiniband, pci
+from gpu_monitoring.node import boot, driver_gpus, infiniband, pci
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

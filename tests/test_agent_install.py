@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpu_monitoring import GpuMonitoringCheck, __about__
+from gpu_monitoring import __about__
+from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.deps import install_command
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer

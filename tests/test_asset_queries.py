@@ -9,8 +9,8 @@
 
 import csv
 
-from gpu_monitoring import xid
-from gpu_monitoring.metric_spec import SPEC, sent_in
+from gpu_monitoring.health import xid
+from gpu_monitoring.metrics.spec import SPEC, sent_in
 
 from .assets_support import (
     ASSETS_PROFILE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli.main import main
 
 from .attribution_support import POD_TAGS, funnel, processes
 from .conftest import tag_dict

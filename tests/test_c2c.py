@@ -6,7 +6,7 @@ Scenario gh200 (driver 580): one GH200 with 10 C2C links; at t=20 link 3 counts 
 import yaml
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.health import evaluate
+from gpu_monitoring.health.device_health import evaluate
 from gpu_monitoring.simulator.scenario import resolve
 from gpu_monitoring.snapshot import Device
 

@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.simulator.scenario import resolve
 
 # The audit events that touch the world outside the process: files, directories, sockets, processes.

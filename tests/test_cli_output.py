@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from gpu_monitoring import simulator
-from gpu_monitoring.cli import CRITICAL_FOUND, main
-from gpu_monitoring.units import byte_size, human
+from gpu_monitoring.cli.main import CRITICAL_FOUND, main
+from gpu_monitoring.metrics.units import byte_size, human
 
 from .conftest import tag_dict
 

@@ -7,7 +7,7 @@ import ctypes.util
 import pytest
 import yaml
 
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli.main import main
 
 from .sidecar_support import SidecarProcess
 

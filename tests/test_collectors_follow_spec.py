@@ -7,9 +7,9 @@ import pytest
 
 from gpu_monitoring import simulator
 from gpu_monitoring.collectors.base import Collector
+from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import fact, gauge, monotonic_count, store
-from gpu_monitoring.metric_spec import SPEC
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.snapshot import Device, Snapshot

@@ -6,8 +6,9 @@ import logging
 import pytest
 from datadog_checks.base import AgentCheck, ConfigurationError
 
-from gpu_monitoring import GpuMonitoringCheck, cli
-from gpu_monitoring.metric_spec import SPEC
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.cli import main as cli
+from gpu_monitoring.metrics.spec import SPEC
 
 MISSING_LIBRARY = "/nonexistent/libnvidia-ml.so.1"
 

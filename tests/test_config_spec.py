@@ -10,9 +10,9 @@ import yaml
 from datadog_checks.dev.tooling.configuration import ConfigSpec
 
 from gpu_monitoring.collectors import COLLECTOR_NAMES
+from gpu_monitoring.config.settings import CheckSettings, derive
 from gpu_monitoring.config_models import InstanceConfig, SharedConfig, validators
-from gpu_monitoring.metric_spec import DEFAULT_PROFILE, PROFILES
-from gpu_monitoring.settings import CheckSettings, derive
+from gpu_monitoring.metrics.spec import DEFAULT_PROFILE, PROFILES
 from gpu_monitoring.simulator.scenario import available
 
 from .config_support import parse

@@ -11,7 +11,7 @@ import pytest
 from datadog_api_client.model_utils import data_to_dict
 from datadog_api_client.v1.model.dashboard import Dashboard
 
-from gpu_monitoring.metric_spec import PROFILES
+from gpu_monitoring.metrics.spec import PROFILES
 
 from .assets_support import (
     AGENT_TAG_KEYS,

@@ -11,7 +11,7 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.sidecar import command
 from gpu_monitoring.simulator import SimulatedNvml, load
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpu_monitoring import simulator
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli.main import main
 
 SCENARIOS = Path(simulator.__file__).parent / "scenarios"
 

@@ -4,7 +4,7 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_metadata_metrics
 
-from gpu_monitoring.metric_spec import SPEC
+from gpu_monitoring.metrics.spec import SPEC
 
 from .conftest import tag_dict
 

@@ -12,7 +12,7 @@ import pytest
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring import simulator
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 
 from .conftest import H100_PCIE_NODE, tag_dict

@@ -3,8 +3,8 @@ gives it, then graphics-engine activity, then utilization.gpu, and the fleet ser
 
 from gpu_monitoring.attribution import Settings, attribute
 from gpu_monitoring.check import GpuMonitoringCheck
-from gpu_monitoring.health import Health
-from gpu_monitoring.node_health import NodeVerdict
+from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.node_health import NodeVerdict
 from gpu_monitoring.snapshot import Device, MigInstance, Node, Process, Snapshot
 from gpu_monitoring.submission import NodeReport, Submitter
 

@@ -3,9 +3,9 @@ escalation, and the form kept in the persistent cache."""
 
 import pytest
 
-from gpu_monitoring.health import Health
-from gpu_monitoring.held_verdicts import NODE, HeldVerdicts
-from gpu_monitoring.service_checks import Status
+from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.held_verdicts import NODE, HeldVerdicts
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Device
 
 DAY = 86400.0

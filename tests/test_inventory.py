@@ -8,9 +8,9 @@ import pytest
 
 from gpu_monitoring import simulator
 from gpu_monitoring.collectors.inventory import PERSISTENCE_INTERVAL, Inventory
+from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import store
-from gpu_monitoring.metric_spec import SPEC, sent_in
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring.metrics.spec import SPEC, sent_in
 from gpu_monitoring.nvml.fields import Values
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.snapshot import Device, Node, Snapshot

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
-from gpu_monitoring.service_checks import Status
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
 
 WARNING, CRITICAL = Status.WARNING, Status.CRITICAL

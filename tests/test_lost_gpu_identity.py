@@ -8,9 +8,10 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.driver_gpus import read_driver_gpus
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring import simulator
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.collectors.node_reader import NodeReader
+from gpu_monitoring.node.driver_gpus import read_driver_gpus
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.proc_root import build_proc_root
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot, load

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from datadog_checks.base.stubs import aggregator as stub_aggregator
 
-from gpu_monitoring import GpuMonitoringCheck, metric_spec
-from gpu_monitoring.metric_spec import SPEC
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.metrics import spec as metric_spec
+from gpu_monitoring.metrics.spec import SPEC
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpu_monitoring."
@@ -58,7 +59,7 @@ def submitted():
 def test_metadata_csv_is_up_to_date():
     committed = (ROOT / "metadata.csv").read_text()
     assert committed == metric_spec.metadata_csv(), (
-        "metadata.csv is stale: it no longer matches gpu_monitoring/metrics.yaml; run `make metadata`"
+        "metadata.csv is stale: it no longer matches gpu_monitoring/metrics/metrics.yaml; run `make metadata`"
     )
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from datadog_checks.base.stubs import aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.metric_spec import NAMESPACE, PROFILES, sent_in
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.metrics.spec import NAMESPACE, PROFILES, sent_in
 from gpu_monitoring.simulator.scenario import available
 
 from .scripts_support import load_script

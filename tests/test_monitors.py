@@ -14,7 +14,7 @@ import pytest
 from datadog_api_client.model_utils import data_to_dict
 from datadog_api_client.v1.model.monitor import Monitor
 
-from gpu_monitoring.metric_spec import PROFILES
+from gpu_monitoring.metrics.spec import PROFILES
 
 from .assets_support import (
     AGENT_TAG_KEYS,

@@ -6,8 +6,8 @@ import time
 
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.cli import CRITICAL_FOUND, main
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.cli.main import CRITICAL_FOUND, main
 
 from .conftest import tag_dict
 from .sidecar_support import SidecarProcess, wait_until

@@ -3,8 +3,8 @@ few; and the ports' series. Snapshots are built as the node reader fills them fr
 
 import pytest
 
-from gpu_monitoring.node_health import NodeJudge, expectation
-from gpu_monitoring.service_checks import Status
+from gpu_monitoring.health.node_health import NodeJudge, expectation
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Device, NetworkPort, Node, PciFunction, Snapshot
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -10,9 +10,9 @@ import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.health import NvLinkMemory
-from gpu_monitoring.metric_spec import PROFILES, SPEC
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.health.device_health import NvLinkMemory
+from gpu_monitoring.metrics.spec import PROFILES, SPEC
 from gpu_monitoring.simulator.scenario import resolve
 from gpu_monitoring.snapshot import Device
 

@@ -6,7 +6,7 @@ import yaml
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring import simulator
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.scenario import resolve
 

@@ -21,7 +21,7 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_monitoring.kube.process_owners import ProcessOwners
+from gpu_monitoring.node.process_owners import ProcessOwners
 from gpu_monitoring.simulator.proc_root import build_proc_root, replace_process
 
 from .conftest import tag_dict

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_monitoring.kube.procfs import ProcessOwner, ProcessStat, fault_of, parse_cgroup, process_owner, process_stat
+from gpu_monitoring.node.procfs import ProcessOwner, ProcessStat, fault_of, parse_cgroup, process_owner, process_stat
 from gpu_monitoring.simulator.proc_root import build_proc_root, cgroup_text
 
 CID = "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"

@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 import pytest
 
-from gpu_monitoring.kube.process_owners import ProcessOwners
-from gpu_monitoring.kube.procfs import (
+from gpu_monitoring.node.process_owners import ProcessOwners
+from gpu_monitoring.node.procfs import (
     ProcessOwner,
     environment,
     parse_cgroup,
@@ -147,7 +147,7 @@ def test_unreadable_environ_leaves_the_tags_out_and_says_so_once(tmp_path, caplo
         write_process(tmp_path, pid=pid, case="v2-step", environ=JOB_ENV)
         unreadable_environ(proc_root, pid)
     owners = ProcessOwners(proc_root)
-    with caplog.at_level(logging.INFO, logger="gpu_monitoring.kube.process_owners"):
+    with caplog.at_level(logging.INFO, logger="gpu_monitoring.node.process_owners"):
         found = [owners.identify(pid).owner for pid in (PID, PID + 1)]
     assert [owner.slurm for owner in found] == [SlurmJob("3385", "0", OWN_UID)] * 2
     (record,) = caplog.records

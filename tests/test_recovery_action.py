@@ -8,8 +8,8 @@ Scenario hgx-b200 (driver 580): from t=25 to t=45 the driver asks for GPU 2 to b
 import pytest
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.health import evaluate
-from gpu_monitoring.recovery_actions import ACTIONS
+from gpu_monitoring.health.device_health import evaluate
+from gpu_monitoring.health.recovery_actions import ACTIONS
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot
 from gpu_monitoring.sources import SidecarSource
 

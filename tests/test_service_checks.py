@@ -3,7 +3,7 @@
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_service_checks
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 
 from .sidecar_support import SidecarProcess
 

@@ -5,7 +5,7 @@ else from the service account's defaults."""
 import pytest
 from datadog_checks.base import ConfigurationError
 
-from gpu_monitoring.settings import DEFAULT_CA_PATH, DEFAULT_TOKEN_PATH, derive, kubelet_settings
+from gpu_monitoring.config.settings import DEFAULT_CA_PATH, DEFAULT_TOKEN_PATH, derive, kubelet_settings
 
 from .config_support import validated
 

@@ -8,8 +8,8 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.cli import main
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.cli.main import main
 
 from .conftest import tag_dict
 from .sidecar_support import SidecarProcess, sidecars_fixture, socket_mode, wait_until  # noqa: F401

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from gpu_monitoring.cli import main
+from gpu_monitoring.cli.main import main
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import command
 from gpu_monitoring.sidecar.readiness import FRESH_SECONDS, LOCK_SECONDS, NvmlReadiness

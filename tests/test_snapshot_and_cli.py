@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_monitoring import __version__, metric_spec, simulator
-from gpu_monitoring.cli import CRITICAL_FOUND, main
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring import __version__, simulator
+from gpu_monitoring.cli.main import CRITICAL_FOUND, main
+from gpu_monitoring.collectors.node_reader import NodeReader
+from gpu_monitoring.metrics import spec as metric_spec
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 from gpu_monitoring.snapshot import Snapshot

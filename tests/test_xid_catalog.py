@@ -5,8 +5,8 @@ import pytest
 import yaml
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring import xid
-from gpu_monitoring.service_checks import Status
+from gpu_monitoring.health import xid
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.simulator.scenario import resolve
 
 from .conftest import H100_PCIE_NODE, tag_dict

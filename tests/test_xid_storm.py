@@ -1,7 +1,7 @@
 """An XID storm through the check: one Datadog event per GPU, code and run with the count, an exact
 xid_errors count, and a bounded number of events however many GPUs and codes a run brings."""
 
-from gpu_monitoring import xid
+from gpu_monitoring.health import xid
 from gpu_monitoring.submission.events import MAX_EVENTS
 
 from .conftest import H100_PCIE_NODE, tag_dict

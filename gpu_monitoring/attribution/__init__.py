@@ -9,14 +9,14 @@ owners (who runs each process) → workloads (each holder's share and use) → f
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..kube.pod_list import PodInfo
-from ..snapshot import Device, Snapshot
-from .claims import Claimed, claims
-from .fleet import DeviceState, Fleet, FunnelKey, Settings, fleet
-from .holders import Holder, PodDirectory, Tagger
-from .owners import owners
-from .targets import TargetKey, targets
-from .workloads import Workload, Workloads, workloads
+from gpu_monitoring.attribution.claims import Claimed, claims
+from gpu_monitoring.attribution.fleet import DeviceState, Fleet, FunnelKey, Settings, fleet
+from gpu_monitoring.attribution.holders import Holder, PodDirectory, Tagger
+from gpu_monitoring.attribution.owners import owners
+from gpu_monitoring.attribution.targets import TargetKey, targets
+from gpu_monitoring.attribution.workloads import Workload, Workloads, workloads
+from gpu_monitoring.kube.pod_list import PodInfo
+from gpu_monitoring.snapshot import Device, Snapshot
 
 __all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
 

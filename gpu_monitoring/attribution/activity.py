@@ -2,7 +2,7 @@
 
 from typing import Optional, Tuple, Union
 
-from ..snapshot import Device, MigInstance
+from gpu_monitoring.snapshot import Device, MigInstance
 
 # What a GPU's activity is judged by, best first: SM activity, then graphics-engine activity (all
 # dcgm-exporter's default counters give), from GPM or DCGM; utilization.gpu where neither answers.

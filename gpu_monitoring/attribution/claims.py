@@ -4,11 +4,11 @@ claims, what the device plugins offer, and how each target is shared."""
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..snapshot import Advertised, Allocation, Device, Process, Snapshot
-from .holders import Holder, HolderKey, PodDirectory
-from .monitors import monitors
-from .places import Place, Places
-from .targets import Target, TargetKey, is_mps_server, runs_compute
+from gpu_monitoring.attribution.holders import Holder, HolderKey, PodDirectory
+from gpu_monitoring.attribution.monitors import monitors
+from gpu_monitoring.attribution.places import Place, Places
+from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server, runs_compute
+from gpu_monitoring.snapshot import Advertised, Allocation, Device, Process, Snapshot
 
 ClaimRef = Tuple[str, str]  # a DRA ResourceClaim's (namespace, name)
 

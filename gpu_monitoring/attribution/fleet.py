@@ -4,8 +4,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..snapshot import Device
-from .activity import ACTIVITY_METRICS, UTILIZATION, activity_level
+from gpu_monitoring.attribution.activity import ACTIVITY_METRICS, UTILIZATION, activity_level
+from gpu_monitoring.snapshot import Device
 
 FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
 

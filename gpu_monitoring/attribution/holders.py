@@ -4,8 +4,8 @@ cgroup, and Slurm jobs named by their processes' cgroups."""
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..kube.pod_list import ContainerInfo, PodInfo
-from ..snapshot import Allocation, Process, SlurmJob
+from gpu_monitoring.kube.pod_list import ContainerInfo, PodInfo
+from gpu_monitoring.snapshot import Allocation, Process, SlurmJob
 
 HolderKey = Tuple[str, ...]
 Tagger = Callable[[str], List[str]]

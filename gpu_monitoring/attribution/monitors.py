@@ -10,9 +10,9 @@ unshared claim holds one of those GPUs at the same time.
 
 from typing import Dict, List, Set, Tuple
 
-from ..snapshot import Allocation, Device
-from .holders import PodDirectory
-from .places import Place
+from gpu_monitoring.attribution.holders import PodDirectory
+from gpu_monitoring.attribution.places import Place
+from gpu_monitoring.snapshot import Allocation, Device
 
 PodKey = Tuple[str, str]  # (namespace, name)
 

@@ -2,8 +2,8 @@
 
 from typing import Dict, List, Tuple
 
-from .holders import Holder, PodDirectory
-from .targets import Target, TargetKey
+from gpu_monitoring.attribution.holders import Holder, PodDirectory
+from gpu_monitoring.attribution.targets import Target, TargetKey
 
 ProcessOwners = Dict[Tuple[TargetKey, int], Holder]  # processes without a container or job have none
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
-from ..kube.device_ids import DeviceRef, parse_device_id
-from ..kube.dra_names import DraDeviceRef, parse_dra_name, profile_in_name
-from ..snapshot import Allocation, Device, MigInstance
+from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
+from gpu_monitoring.kube.dra_names import DraDeviceRef, parse_dra_name, profile_in_name
+from gpu_monitoring.snapshot import Allocation, Device, MigInstance
 
 # The kubelet names the same devices run after run: each ID is parsed once. An ID's parse depends
 # on nothing but the ID, so it cannot go stale; the bound keeps the advertised replicas of a large

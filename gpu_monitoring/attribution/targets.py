@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ..snapshot import Device, MigInstance, Process, Snapshot
+from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 
 TargetKey = Tuple[int, Optional[str]]  # (GPU index, MIG instance UUID or None)
 

@@ -4,12 +4,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..snapshot import Device, MigInstance, Process
-from .activity import measured_activity
-from .claims import Claimed, ClaimRef, Claims
-from .holders import Holder, HolderKey
-from .owners import ProcessOwners
-from .targets import Target, TargetKey, is_mps_server
+from gpu_monitoring.attribution.activity import measured_activity
+from gpu_monitoring.attribution.claims import Claimed, ClaimRef, Claims
+from gpu_monitoring.attribution.holders import Holder, HolderKey
+from gpu_monitoring.attribution.owners import ProcessOwners
+from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server
+from gpu_monitoring.snapshot import Device, MigInstance, Process
 
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SLICES = re.compile(r"^(\d+)g\.")

@@ -2,10 +2,10 @@
 
 from typing import AbstractSet, Dict, Hashable, Iterable, List, Optional, Tuple
 
-from ..nvml.device import Device
-from ..nvml.fields import FieldKey
-from ..nvml.fields import Values as Fields
-from .series import Reading, Series
+from gpu_monitoring.collectors.series import Series, SeriesValue
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.fields import Values as Fields
 
 
 class Collector:
@@ -24,7 +24,7 @@ class Collector:
         """Whether a read that gives this series is worth its NVML call."""
         return series.name not in (self.unused_parts if series.tags else self.unused)
 
-    def fields(self, device: Device, links: int) -> Iterable[FieldKey]:
+    def fields(self, device: NvmlDevice, links: int) -> Iterable[FieldKey]:
         """Readings (nvml.readings) this collector wants of a device with this many NVLink links:
         one batched call, fallbacks where refused."""
         return ()
@@ -32,20 +32,20 @@ class Collector:
     def begin_run(self) -> None:
         """A run of the node begins: what was kept for the last one (faults seen, samples asked) ends."""
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         raise NotImplementedError
 
     def forget(self) -> None:
         """Drop per-device state (samples, previous counters) when the NVML session restarts."""
 
 
-def sample_key(device: Device) -> Tuple[int, Optional[int]]:
+def sample_key(device: NvmlDevice) -> Tuple[int, Optional[int]]:
     """Who a sampling history belongs to: the physical GPU and, for a MIG device, its GPU instance."""
     physical = device.parent or device
     return physical.index, device.gpu_instance_id if device.is_mig else None
 
 
-def from_fields(fields: Fields, series: Dict[FieldKey, Series]) -> List[Reading]:
+def from_fields(fields: Fields, series: Dict[FieldKey, Series]) -> List[SeriesValue]:
     """The series of the fields that answered."""
     return [(s, fields[key]) for key, s in series.items() if key in fields]
 

@@ -4,11 +4,11 @@ link's status and error counters, from the batched field values. Other GPUs have
 import functools
 from typing import Dict, List, Tuple
 
-from ..nvml.device import Device
-from ..nvml.fields import FieldKey
-from ..nvml.readings import c2c_link_count
-from .base import Collector, Fields
-from .series import Reading, Series, fact, gauge, monotonic_count
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import Series, SeriesValue, fact, gauge, monotonic_count
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.readings import c2c_link_count
 
 COUNTERS = {"c2c_errors_interrupt": "errors.interrupt", "c2c_errors_replay": "errors.replay",
             "c2c_errors_replay_b2b": "errors.replay.b2b"}
@@ -26,15 +26,15 @@ class C2c(Collector):
     def __init__(self) -> None:
         self._links: Dict[int, int] = {}
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         count = self._links[device.index] = c2c_link_count(device)
         return [key for link in range(count) for key in _link_keys(link)]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         count = self._links.get(device.index, 0)
         if not count:
             return []
-        found: List[Reading] = [(LINKS_TOTAL, count)]
+        found: List[SeriesValue] = [(LINKS_TOTAL, count)]
         states = {link: fields[("c2c_status", link)] for link in range(count) if ("c2c_status", link) in fields}
         if states:
             found += [(LINKS_ACTIVE, sum(state == _ACTIVE for state in states.values())),

@@ -3,12 +3,12 @@ for how much of the interval (the driver's per-reason time counters)."""
 
 from typing import List
 
-from ..nvml.device import CLOCK_EVENT_REASONS as REASONS
-from ..nvml.device import Device
-from ..nvml.queries import CLOCK_TYPES, MAX_CLOCKS
-from ..nvml.readings import CLOCK_EVENT_TIMES
-from .base import Collector, CounterRates, Fields
-from .series import Reading, gauge
+from gpu_monitoring.collectors.base import Collector, CounterRates, Fields
+from gpu_monitoring.collectors.series import SeriesValue, gauge
+from gpu_monitoring.nvml.device import CLOCK_EVENT_REASONS as REASONS
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.queries import CLOCK_TYPES, MAX_CLOCKS
+from gpu_monitoring.nvml.readings import CLOCK_EVENT_TIMES
 
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]
 THROTTLING = sum(REASONS.values()) & ~NOT_THROTTLING
@@ -31,10 +31,10 @@ class Clocks(Collector):
     def __init__(self) -> None:
         self._rates = CounterRates()
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         return [key for key, series in TIME_PERCENT.items() if self.wants(series)]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         found = [(series, device.clock_mhz(kind)) for kind, series in CLOCKS.items() if self.wants(series)]
         found += [(MAX_CLOCKS_SERIES[kind], value) for kind, value in device.max_clocks_mhz.items()]
         if self.wants(PERFORMANCE_STATE):
@@ -45,7 +45,7 @@ class Clocks(Collector):
             found.append((THROTTLED, 1 if reasons & THROTTLING else 0))
         return found + self._time_percent(device, fields)
 
-    def _time_percent(self, device: Device, fields: Fields) -> List[Reading]:
+    def _time_percent(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         """The share of the interval since the last run each reason held the clocks down: its counter's
         growth over the time between NVML's reads. A counter read first, or gone backwards, gives none.
         Capped at the whole interval: the counters and the newest timestamp are not read at one instant."""

@@ -20,11 +20,11 @@ from typing import Dict, List, Set, Tuple
 
 import pynvml
 
-from ..nvml import library
-from ..nvml.device import Device
-from ..nvml.queries import FabricInfo
-from .base import Collector, Fields
-from .series import Reading, fact, gauge
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.nvml import library
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.queries import FabricInfo
 
 STATE = gauge("fabric.state")
 SUMMARY = gauge("fabric.health.summary")
@@ -75,7 +75,7 @@ class Fabric(Collector):
     def __init__(self) -> None:
         self._without: Set[int] = set()
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         if device.index in self._without:
             return []
         info = device.fabric_info()
@@ -90,9 +90,9 @@ class Fabric(Collector):
         self._without = set()
 
 
-def _readings(info: FabricInfo) -> List[Reading]:
+def _readings(info: FabricInfo) -> List[SeriesValue]:
     untrusted: List[str] = []
-    found: List[Reading] = []
+    found: List[SeriesValue] = []
     if info.state in STATES:
         found.append((STATE, info.state))
     else:

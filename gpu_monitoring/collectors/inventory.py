@@ -13,9 +13,9 @@ device.persistence_mode (essential) reads neither.
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..nvml.device import Device
-from .base import Collector, Fields
-from .series import Reading, fact, gauge
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.nvml.device import NvmlDevice
 
 PERSISTENCE_INTERVAL = 600.0
 VBIOS_VERSION, PERSISTENCE_MODE = fact("vbios_version"), fact("persistence_mode")
@@ -33,12 +33,12 @@ class Inventory(Collector):
         # Each GPU's last persistence mode NVML gave, and when it was asked.
         self._persistence: Dict[int, Tuple[float, Optional[bool]]] = {}
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         if not self.wants(SUBMITTED):
             return []
         return [(VBIOS_VERSION, device.vbios_version), (PERSISTENCE_MODE, self._persistence_mode(device))]
 
-    def _persistence_mode(self, device: Device) -> Optional[bool]:
+    def _persistence_mode(self, device: NvmlDevice) -> Optional[bool]:
         """The last answer; asked again once the interval has passed. A read that gets none (a
         passing failure) keeps the one before it."""
         now = self._clock()

@@ -2,9 +2,9 @@
 
 from typing import List
 
-from ..nvml.device import Device
-from .base import Collector, Fields
-from .series import Reading, gauge
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import SeriesValue, gauge
+from gpu_monitoring.nvml.device import NvmlDevice
 
 SERIES = {key: gauge(f"memory.{key}") for key in ("total", "used", "free", "reserved")}
 BAR1_TOTAL, BAR1_USED = gauge("memory.bar1.total"), gauge("memory.bar1.used")
@@ -13,7 +13,7 @@ BAR1_TOTAL, BAR1_USED = gauge("memory.bar1.total"), gauge("memory.bar1.used")
 class Memory(Collector):
     name = "memory"
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         found = [(SERIES[key], value) for key, value in device.memory_info().items()]
         bar1 = device.bar1_memory_info() if self.wants(BAR1_TOTAL) or self.wants(BAR1_USED) else None
         if bar1 is not None:

@@ -3,10 +3,10 @@ remapping (Ampere+) and page retirement (older)."""
 
 from typing import List
 
-from ..nvml.device import Device
-from ..nvml.readings import ECC_LOCATIONS
-from .base import Collector, Fields, from_fields
-from .series import Reading, gauge, monotonic_count
+from gpu_monitoring.collectors.base import Collector, Fields, from_fields
+from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.readings import ECC_LOCATIONS
 
 KINDS = ("corrected", "uncorrected")
 FIELDS = {
@@ -35,8 +35,8 @@ TOTALS = {
 class MemoryErrors(Collector):
     name = "memory_errors"
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         return [*FIELDS, *(key for key, series in TOTALS.items() if self.wants(series))]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         return from_fields(fields, FIELDS) + from_fields(fields, TOTALS)

@@ -3,10 +3,10 @@
 import re
 from typing import List, Optional
 
-from ..nvml.device import Device
-from ..snapshot import MigInstance
-from .base import Collector, Fields
-from .series import Reading, fact, gauge, store
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge, store
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.snapshot import MigInstance
 
 ENABLED, ENABLED_FACT = gauge("mig.enabled"), fact("mig_enabled")
 INSTANCES, INSTANCES_FACT = gauge("mig.instances"), fact("mig_instances")
@@ -21,7 +21,7 @@ class Mig(Collector):
     def __init__(self, instance_collectors: List[Collector]):
         self.instance_collectors = instance_collectors
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         enabled = device.mig_enabled()
         if enabled is None:
             return []
@@ -34,7 +34,7 @@ class Mig(Collector):
             found.append((PROCESSES_COUNT, len({p.pid for i in instances for p in i.processes})))
         return found
 
-    def _instance(self, child: Device) -> MigInstance:
+    def _instance(self, child: NvmlDevice) -> MigInstance:
         profile_id, start, size = child.gpu_instance_layout or (None, None, None)
         instance = MigInstance(
             uuid=child.uuid,

@@ -5,12 +5,12 @@ from functools import cached_property
 from operator import itemgetter
 from typing import Dict, List, Tuple
 
-from ..metric_spec import SPEC
-from ..nvml.device import Device
-from ..nvml.fields import FieldKey
-from ..nvml.readings import CRC_FLIT_BY_LINK, FEC_BINS
-from .base import Collector, CounterRates, Fields, from_fields
-from .series import Reading, Series, fact, gauge, monotonic_count
+from gpu_monitoring.collectors.base import Collector, CounterRates, Fields, from_fields
+from gpu_monitoring.collectors.series import Series, SeriesValue, fact, gauge, monotonic_count
+from gpu_monitoring.metrics.spec import SPEC
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.readings import CRC_FLIT_BY_LINK, FEC_BINS
 
 # nvml.h: NVML_NVLINK_STATE_INACTIVE 0, _ACTIVE 1, _SLEEP 2 (a link asleep to save power is up).
 INACTIVE, ACTIVE, SLEEP = 0, 1, 2
@@ -64,7 +64,7 @@ class NvLink(Collector):
             "fec": self.wants(fec_series(0)),
         }
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         if not links:
             return []
         keys = _keys(links)
@@ -74,7 +74,7 @@ class NvLink(Collector):
         names += list(FEC) if self._wanted["fec"] else []
         return [key for name in names for key in keys[name]] + list(ERRORS)
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         links = fields.links
         if not links:
             return []
@@ -92,17 +92,19 @@ class NvLink(Collector):
         return found
 
     @staticmethod
-    def _states(fields: Fields, keys: Tuple[FieldKey, ...], links: int) -> List[Reading]:
+    def _states(fields: Fields, keys: Tuple[FieldKey, ...], links: int) -> List[SeriesValue]:
         # A link the driver did not answer for is None: health neither trusts nor blames it.
         states = [None if key not in fields else int(fields[key]) for key in keys]
-        found: List[Reading] = [(LINKS_TOTAL, links)]
+        found: List[SeriesValue] = [(LINKS_TOTAL, links)]
         if any(state is not None for state in states):
             found += [(LINK_STATES, states),
                       (LINKS_ACTIVE, sum(1 for state in states if state in UP)),
                       (LINKS_INACTIVE, states.count(INACTIVE))]
         return found
 
-    def _throughput(self, device: Device, fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[Reading]:
+    def _throughput(
+        self, device: NvmlDevice, fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]
+    ) -> List[SeriesValue]:
         tx, rx = _every_link(fields, keys["nvlink_tx_kib"]), _every_link(fields, keys["nvlink_rx_kib"])
         if not (tx and rx):
             return []
@@ -110,7 +112,7 @@ class NvLink(Collector):
         if rates is None:
             return []
         links = len(tx)
-        found: List[Reading] = [(THROUGHPUT[0], sum(rates[:links])), (THROUGHPUT[1], sum(rates[links:]))]
+        found: List[SeriesValue] = [(THROUGHPUT[0], sum(rates[:links])), (THROUGHPUT[1], sum(rates[links:]))]
         if self._wanted["link_throughput"]:
             found += [(link_series(series.name, link), rate)
                       for series, half in zip(THROUGHPUT, (rates[:links], rates[links:]))
@@ -121,9 +123,9 @@ class NvLink(Collector):
         self._rates.forget()
 
 
-def _nvlink5(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]], links: int, per_link: bool) -> List[Reading]:
+def _nvlink5(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]], links: int, per_link: bool) -> List[SeriesValue]:
     """What a field the driver refuses (any GPU before NVLink 5) gives: nothing."""
-    found: List[Reading] = []
+    found: List[SeriesValue] = []
     for name, (series, aggregate) in NVLINK5.items():
         answered = [(link, fields[key]) for link, key in enumerate(keys[name]) if key in fields]
         if not answered:
@@ -136,7 +138,7 @@ def _nvlink5(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]], links: int, 
     return found
 
 
-def _fec(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[Reading]:
+def _fec(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[SeriesValue]:
     """Each FEC history bin summed over the GPU's links: the histogram's shape tells a degrading GPU,
     and its links' effective BER and errors say which link. Per link and bin it would be 16 series a
     link (288 a GPU of 18 links) for what those already tell. A bin some link did not answer is left

@@ -2,11 +2,11 @@
 
 from typing import Dict, List, Optional, Tuple
 
-from ..nvml import fallbacks
-from ..nvml.device import Device
-from .activity import Gpm
-from .base import Collector, CounterRates, Fields, from_fields
-from .series import Reading, gauge, monotonic_count
+from gpu_monitoring.collectors.base import Collector, CounterRates, Fields, from_fields
+from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
+from gpu_monitoring.collectors.utilization import Gpm
+from gpu_monitoring.nvml import fallbacks
+from gpu_monitoring.nvml.device import NvmlDevice
 
 BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]
 SAMPLED_KIB_PER_S = [("pcie_tx_kib_per_s", 0), ("pcie_rx_kib_per_s", 0)]
@@ -35,12 +35,12 @@ class Pcie(Collector):
         self._gpm = gpm
         self._links: Dict[int, Tuple[float, tuple]] = {}  # each GPU's link, and the recoveries counted then
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         if self._from_gpm(device):
             return [*FIELDS, RECOVERIES]
         return [*FIELDS, RECOVERIES, *BYTE_COUNTERS]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         return [
             *zip(THROUGHPUT, self._throughput(device, fields)),
             *zip(LINK, self._link(device, fields)),
@@ -48,7 +48,7 @@ class Pcie(Collector):
             *from_fields(fields, FIELDS),
         ]
 
-    def _link(self, device: Device, fields: Fields) -> tuple:
+    def _link(self, device: NvmlDevice, fields: Fields) -> tuple:
         """The link's current generation and width. A PCIe link changes speed or width only by going
         through the Recovery state of its training (PCIe base specification, LTSSM), which the driver
         counts: they are read again only when that count moved since they were, and every run where
@@ -62,10 +62,10 @@ class Pcie(Collector):
             self._links[device.index] = (recoveries, link)
         return link
 
-    def _from_gpm(self, device: Device) -> bool:
+    def _from_gpm(self, device: NvmlDevice) -> bool:
         return self._gpm is not None and device.gpm_supported
 
-    def _throughput(self, device: Device, fields: Fields) -> tuple:
+    def _throughput(self, device: NvmlDevice, fields: Fields) -> tuple:
         """Bytes per second sent and received; () where this collector has none to give."""
         if self._gpm is not None and self._gpm.gave_pcie(device):
             return ()

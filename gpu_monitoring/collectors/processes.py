@@ -3,14 +3,14 @@
 import logging
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..kube.process_owners import ProcessOwners
-from ..kube.procfs import ProcFault, fault_of
-from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
-from ..nvml.processes import Listed, Usage
-from ..snapshot import Process
-from .base import Collector, Fields, sample_key
-from .series import Reading, fact, gauge
+from gpu_monitoring.collectors.base import Collector, Fields, sample_key
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.node.process_owners import ProcessOwners
+from gpu_monitoring.node.procfs import ProcFault, fault_of
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import CannotAnswer
+from gpu_monitoring.nvml.processes import Listed, Usage
+from gpu_monitoring.snapshot import Process
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Processes(Collector):
         if self._owners is not None:
             self._owners.new_run()
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         key = sample_key(device)
         try:
             found = self._processes(device.compute_processes(), "compute")
@@ -61,7 +61,7 @@ class Processes(Collector):
                      process.decoder_utilization) = sample
         return [(COUNT, len({process.pid for process in found})), (PROCESSES, found)]
 
-    def _mps_clients(self, device: Device) -> List[Process]:
+    def _mps_clients(self, device: NvmlDevice) -> List[Process]:
         try:
             return self._processes(device.mps_clients(), "mps")
         except CannotAnswer:
@@ -77,7 +77,9 @@ class Processes(Collector):
             found.append(process)
         return found
 
-    def _utilization(self, device: Device, key: SampleKey, timestamp_us: int, busy: bool) -> Optional[Dict[int, Usage]]:
+    def _utilization(
+        self, device: NvmlDevice, key: SampleKey, timestamp_us: int, busy: bool
+    ) -> Optional[Dict[int, Usage]]:
         """Usage by pid since the last run; None where the device has no per-process sampling.
 
         A device that lists no process is not asked: it has no process to tell about. Its samples

@@ -2,10 +2,10 @@
 
 from typing import List
 
-from ..nvml.device import Device
-from ..recovery_actions import ACTIONS, UNKNOWN
-from .base import Collector, Fields
-from .series import Reading, fact, gauge
+from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.health.recovery_actions import ACTIONS, UNKNOWN
+from gpu_monitoring.nvml.device import NvmlDevice
 
 KEY = ("recovery_action", 0)
 # The value is also a tag, so that a monitor can name the action; one series per action, made once.
@@ -17,10 +17,10 @@ ACTION = fact("recovery_action")
 class Recovery(Collector):
     name = "recovery"
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         return [KEY]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         value = fields.get(KEY)
         if value is None:
             return []

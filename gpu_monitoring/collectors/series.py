@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Tuple, Union
 
-from ..metric_spec import SPEC
-from ..snapshot import Device, MigInstance
+from gpu_monitoring.metrics.spec import SPEC
+from gpu_monitoring.snapshot import Device, MigInstance
 
 
 class Kind(Enum):
@@ -36,7 +36,7 @@ class Series:
         object.__setattr__(self, "part", ",".join(self.tags))
 
 
-Reading = Tuple[Series, Any]
+SeriesValue = Tuple[Series, Any]
 """A series and its value this run; None where the device gave none."""
 
 _FACTS = frozenset(f.name for f in dataclasses.fields(Device)) - {"metrics", "tagged_metrics"}
@@ -65,7 +65,7 @@ def _metric(name: str, kind: Kind, tags: Tuple[str, ...]) -> Series:
     return Series(name, kind, tags)
 
 
-def store(readings: Iterable[Reading], target: Union[Device, MigInstance]) -> None:
+def store(readings: Iterable[SeriesValue], target: Union[Device, MigInstance]) -> None:
     """Puts what a collector read into the snapshot's GPU or MIG instance; a value of None is left out."""
     metrics = target.metrics
     for series, value in readings:

@@ -2,9 +2,9 @@
 
 from typing import List
 
-from ..nvml.device import Device
-from .base import Collector, Fields, from_fields
-from .series import Reading, gauge, monotonic_count
+from gpu_monitoring.collectors.base import Collector, Fields, from_fields
+from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
+from gpu_monitoring.nvml.device import NvmlDevice
 
 TEMPERATURE = gauge("temperature")
 SLOWDOWN_THRESHOLD = gauge("temperature.slowdown_threshold")
@@ -21,10 +21,10 @@ THOUSANDTHS = {
 class Thermal(Collector):
     name = "thermal"
 
-    def fields(self, device: Device, links: int):
+    def fields(self, device: NvmlDevice, links: int):
         return [*FIELDS, *THOUSANDTHS]
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         return [
             (TEMPERATURE, device.temperature()),
             (SLOWDOWN_THRESHOLD, device.slowdown_temperature),

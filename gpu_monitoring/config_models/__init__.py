@@ -3,8 +3,8 @@
 # To change this file you should edit assets/configuration/spec.yaml and then run the following command:
 #     make config
 
-from .instance import InstanceConfig
-from .shared import SharedConfig
+from gpu_monitoring.config_models.instance import InstanceConfig
+from gpu_monitoring.config_models.shared import SharedConfig
 
 
 class ConfigMixin:

@@ -14,7 +14,7 @@ from typing_extensions import Literal
 from datadog_checks.base.utils.functions import identity
 from datadog_checks.base.utils.models import validation
 
-from . import defaults, validators
+from gpu_monitoring.config_models import defaults, validators
 
 
 class MetricPatterns(BaseModel):

@@ -9,14 +9,26 @@ from typing import Any, Callable, Dict
 
 from datadog_checks.base import ConfigurationError
 
-from ..collectors import COLLECTOR_NAMES
-from ..metric_spec import PROFILES
-from ..options import boolean, choice, integers, names, number, prices, socket_path, strings, text, unknown, url
-from . import defaults
+from gpu_monitoring.collectors import COLLECTOR_NAMES
+from gpu_monitoring.config.value_checks import (
+    boolean,
+    choice,
+    integers,
+    names,
+    number,
+    prices,
+    socket_path,
+    strings,
+    text,
+    unknown,
+    url,
+)
+from gpu_monitoring.config_models import defaults
 
 # Every option an instance may hold (the check's, and the Agent's own that it reads from every
 # instance): `make config` writes them from spec.yaml, since this module cannot ask the model.
-from .known_options import KNOWN_OPTIONS
+from gpu_monitoring.config_models.known_options import KNOWN_OPTIONS
+from gpu_monitoring.metrics.spec import PROFILES
 
 SOURCES = ("local", "sidecar")
 KUBERNETES_MODES = ("auto", "true", "false")

@@ -2,6 +2,6 @@
 Hopper, A100/A30 MIG instances): found (discovery), read (client), parsed (exposition), judged
 (freshness) and put into the snapshot (join) by one reader a run (reader)."""
 
-from .reader import DcgmReader
+from gpu_monitoring.dcgm.reader import DcgmReader
 
 __all__ = ["DcgmReader"]

@@ -14,8 +14,8 @@ import ssl
 from typing import Optional, Tuple
 from urllib.parse import urlsplit
 
-from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
-from ..service_checks import Status
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
 
 # The exporter renders its page from samples DCGM already holds: it answers in milliseconds, and a
 # run must not wait on it long. Few seconds leave the run's other reads their time.

@@ -8,7 +8,7 @@ It listens on the pod's IP, port 9400 unless its container port named `metrics` 
 
 from typing import Iterable, Optional
 
-from ..kube.pod_list import ContainerInfo, PodInfo
+from gpu_monitoring.kube.pod_list import ContainerInfo, PodInfo
 
 LABELS = (
     ("app", "nvidia-dcgm-exporter"),

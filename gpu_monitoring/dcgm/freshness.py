@@ -15,7 +15,7 @@ last values as if they were new. A value is not trusted past three sample period
 import time
 from typing import Callable, List, Optional, Tuple
 
-from .exposition import Page, Sample
+from gpu_monitoring.dcgm.exposition import Page, Sample
 
 SAMPLE_PERIOD = 30.0
 STALE_AFTER = 3 * SAMPLE_PERIOD

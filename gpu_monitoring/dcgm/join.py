@@ -9,14 +9,14 @@ NVLink throughput) stays: DCGM fills only what is missing, and says so in `activ
 
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
-from ..snapshot import Device, MigInstance, Snapshot
-from .exposition import METRICS, Sample, dcgm_key
+from gpu_monitoring.dcgm.exposition import METRICS, Sample, dcgm_key
+from gpu_monitoring.snapshot import Device, MigInstance, Snapshot
 
 SOURCE = "dcgm"
 # Series of the whole GPU's links; every other field is activity.
 LINK_METRICS = frozenset({"pcie.throughput.tx", "pcie.throughput.rx", "nvlink.throughput.tx", "nvlink.throughput.rx"})
 
-Target = Union[Device, MigInstance]
+Entity = Union[Device, MigInstance]
 
 
 def wanted(snapshot: Snapshot) -> Set[str]:
@@ -32,7 +32,7 @@ def join(snapshot: Snapshot, samples: Iterable[Sample]) -> Set[str]:
     targets = _targets(snapshot)
     gpus = {key for key, instance in targets if instance is None}
     named: Set[str] = set()
-    filled: Dict[int, Target] = {}
+    filled: Dict[int, Entity] = {}
     for sample in samples:
         if sample.gpu_uuid in gpus:
             named.add(sample.gpu_uuid)
@@ -46,7 +46,7 @@ def join(snapshot: Snapshot, samples: Iterable[Sample]) -> Set[str]:
     return named
 
 
-def _fill(target: Target, sample: Sample) -> bool:
+def _fill(target: Entity, sample: Sample) -> bool:
     """Whether the sample gave the target activity it lacked."""
     link = sample.metric in LINK_METRICS
     if sample.metric in target.metrics or (not link and target.activity_source not in (None, SOURCE)):
@@ -55,8 +55,8 @@ def _fill(target: Target, sample: Sample) -> bool:
     return not link
 
 
-def _targets(snapshot: Snapshot) -> Dict[Tuple[str, Optional[int]], List[Target]]:
-    targets: Dict[Tuple[str, Optional[int]], List[Target]] = {}
+def _targets(snapshot: Snapshot) -> Dict[Tuple[str, Optional[int]], List[Entity]]:
+    targets: Dict[Tuple[str, Optional[int]], List[Entity]] = {}
     for device in snapshot.devices:
         if device.uuid is None or device.lost:
             continue

@@ -1,9 +1,9 @@
 """A DCGM read's outcome as the sidecar's snapshot carries it to the check: the `dcgm.can_connect`
 status and reason, written where the sidecar read the exporter and read back by the check."""
 
-from ..service_checks import Status
-from ..snapshot import DcgmRead
-from .reader import State
+from gpu_monitoring.dcgm.reader import State
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.snapshot import DcgmRead
 
 
 def carried(state: State) -> DcgmRead:

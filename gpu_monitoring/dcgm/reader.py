@@ -14,14 +14,14 @@ WARNING: it answers late (past the deadline), its values are stale, or it sends 
 import logging
 from typing import List, Optional, Tuple
 
-from ..kube.pod_list import PodInfo
-from ..service_checks import Status
-from ..snapshot import Snapshot
-from .client import DEFAULT_TIMEOUT, DcgmClient, DcgmError
-from .discovery import exporter_url
-from .exposition import Known, NotAnExporterPage, parse
-from .freshness import Freshness
-from .join import join, wanted
+from gpu_monitoring.dcgm.client import DEFAULT_TIMEOUT, DcgmClient, DcgmError
+from gpu_monitoring.dcgm.discovery import exporter_url
+from gpu_monitoring.dcgm.exposition import Known, NotAnExporterPage, parse
+from gpu_monitoring.dcgm.freshness import Freshness
+from gpu_monitoring.dcgm.join import join, wanted
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.kube.pod_list import PodInfo
+from gpu_monitoring.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

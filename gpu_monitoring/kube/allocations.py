@@ -4,9 +4,9 @@ import dataclasses
 import time
 from typing import Callable, FrozenSet, Hashable, Iterable, List, Optional, Set, Tuple
 
-from ..snapshot import Advertised, Allocation, Allocations
-from .device_ids import DEFAULT_RESOURCES
-from .pod_resources import LastAnswer, PodResourcesError, list_allocatable, list_allocations
+from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES
+from gpu_monitoring.kube.pod_resources import LastAnswer, PodResourcesError, list_allocatable, list_allocations
+from gpu_monitoring.snapshot import Advertised, Allocation, Allocations
 
 # What the device plugins advertise changes when a plugin restarts or reconfigures, not from run to run.
 ADVERTISED_TTL = 300.0

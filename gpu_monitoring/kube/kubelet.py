@@ -20,12 +20,12 @@ from typing import Deque, List, Optional, Set, Tuple
 import requests
 import urllib3
 
-from ..bounded import MIB, Deadline, ReadLimitExceeded
-from ..http_get import bounded_get, http_wrapper, reason_of
-from ..service_checks import Status
-from . import DEFAULT_TTL
-from .pod_list import PodInfo
-from .pod_list_reader import PodListReader
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.kube import DEFAULT_TTL
+from gpu_monitoring.kube.pod_list import PodInfo
+from gpu_monitoring.kube.pod_list_reader import PodListReader
+from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded
+from gpu_monitoring.net.http_get import bounded_get, http_wrapper, reason_of
 
 log = logging.getLogger(__name__)
 

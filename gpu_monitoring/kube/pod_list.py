@@ -5,7 +5,7 @@ from here."""
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from ..snapshot import json_typed
+from gpu_monitoring.snapshot import json_typed
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 GPU_RESOURCE_PREFIX = "nvidia.com/"

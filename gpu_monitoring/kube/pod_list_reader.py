@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from datadog_checks.base.utils.format import json
 
-from .pod_list import PodInfo, pod_list_items, read_pod
+from gpu_monitoring.kube.pod_list import PodInfo, pod_list_items, read_pod
 
 # `"items": [` as a key of some object; the kubelet's PodList writes it once, last.
 _ITEMS = re.compile(rb'[{,]\s*"items"\s*:\s*\[')

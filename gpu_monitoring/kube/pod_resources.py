@@ -18,12 +18,12 @@ import socket
 from types import ModuleType
 from typing import Callable, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-from ..bounded import Deadline, describe_size
-from ..deps import MissingPackage, require
-from ..snapshot import Advertised, Allocation
-from . import grpc_channels
-from .cdi_devices import GPU_DRIVER, UnmappedName, device_of
-from .device_ids import DEFAULT_RESOURCES, matches_resource
+from gpu_monitoring.deps import MissingPackage, require
+from gpu_monitoring.kube import grpc_channels
+from gpu_monitoring.kube.cdi_devices import GPU_DRIVER, UnmappedName, device_of
+from gpu_monitoring.kube.device_ids import DEFAULT_RESOURCES, matches_resource
+from gpu_monitoring.net.bounded_read import Deadline, describe_size
+from gpu_monitoring.snapshot import Advertised, Allocation
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 import os
 from typing import Optional
 
-from . import read_value
+from gpu_monitoring.node import read_value
 
 BOOT_ID = ("sys", "kernel", "random", "boot_id")
 

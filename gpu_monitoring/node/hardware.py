@@ -10,11 +10,11 @@ import time
 from functools import cached_property
 from typing import Callable, Optional
 
-from ..driver_gpus import driver_gpu_bus_ids
-from ..snapshot import Node
-from .boot import read_boot_id
-from .infiniband import PortReader
-from .pci import PciReader, SysfsUnavailable
+from gpu_monitoring.node.boot import read_boot_id
+from gpu_monitoring.node.driver_gpus import driver_gpu_bus_ids
+from gpu_monitoring.node.infiniband import PortReader
+from gpu_monitoring.node.pci import PciReader, SysfsUnavailable
+from gpu_monitoring.snapshot import Node
 
 
 class HardwareReader:

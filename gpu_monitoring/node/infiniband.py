@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ..snapshot import NetworkPort
-from . import read_count, read_value
+from gpu_monitoring.node import read_count, read_value
+from gpu_monitoring.snapshot import NetworkPort
 
 INFINIBAND_DIRECTORY = ("class", "infiniband")
 COUNTERS = (

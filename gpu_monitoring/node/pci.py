@@ -8,8 +8,8 @@ which drivers/pci/pci-sysfs.c writes as "0x%04x" and "0x%06x" ("0x10de", "0x2330
 import os
 from typing import Dict, List, Optional, Tuple
 
-from ..snapshot import PciFunction
-from . import SysfsUnavailable, read_value
+from gpu_monitoring.node import SysfsUnavailable, read_value
+from gpu_monitoring.snapshot import PciFunction
 
 DEVICES_DIRECTORY = ("bus", "pci", "devices")
 NVIDIA = 0x10DE

@@ -1,4 +1,4 @@
-"""One GPU (or MIG instance) as NVML sees it: every call made of it goes through `Device.ask`,
+"""One GPU (or MIG instance) as NVML sees it: every call made of it goes through `NvmlDevice.ask`,
 which learns what the device cannot do.
 
 A call NVML refuses for good on this device (NOT_SUPPORTED, a symbol the driver lacks, no
@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pynvml
 
-from . import library, processes, queries
-from .errors import CannotAnswer
-from .listing import Room
+from gpu_monitoring.nvml import library, processes, queries
+from gpu_monitoring.nvml.array_room import Room
+from gpu_monitoring.nvml.errors import CannotAnswer
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ CLOCK_EVENT_REASONS = {
 }
 
 
-class Device:
-    def __init__(self, index: int, handle: Any, parent: Optional["Device"] = None):
+class NvmlDevice:
+    def __init__(self, index: int, handle: Any, parent: Optional["NvmlDevice"] = None):
         self.index = index
         self.handle = handle
         self.address = handle_address(handle)  # what tells handles apart (events, MIG children)
@@ -44,7 +44,7 @@ class Device:
         self._denied: Set[str] = set()  # refused for want of permission: worth telling, unlike "not supported"
         self._failure: Tuple[Any, str] = (None, "")  # the last call that failed, and why
         self._mig_slots = 0
-        self._children: Dict[int, Device] = {}
+        self._children: Dict[int, NvmlDevice] = {}
 
     @property
     def is_mig(self) -> bool:
@@ -242,7 +242,7 @@ class Device:
         mode = self.ask(queries.MIG_MODE)
         return None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
 
-    def mig_devices(self) -> List["Device"]:
+    def mig_devices(self) -> List["NvmlDevice"]:
         """The MIG devices present now; a child keeps its memo while its handle stays the same."""
         # Learnt once it is known: a GPU answers 0 while MIG mode is off, and the mode can change.
         self._mig_slots = self._mig_slots or self.ask(queries.MAX_MIG_DEVICES) or 0
@@ -253,7 +253,7 @@ class Device:
                 continue
             known = self._children.get(slot)
             if known is None or known.address != handle_address(handle):
-                known = self._children[slot] = Device(slot, handle, parent=self)
+                known = self._children[slot] = NvmlDevice(slot, handle, parent=self)
             found.append(known)
         return found
 

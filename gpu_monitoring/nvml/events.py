@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Optional
 
 import pynvml
 
-from . import library
-from .device import Device, handle_address
-from .errors import CannotAnswer, GpuLost, NvmlError, NvmlUninitialized
-from .queries import plain, register_events
+from gpu_monitoring.nvml import library
+from gpu_monitoring.nvml.device import NvmlDevice, handle_address
+from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, NvmlError, NvmlUninitialized
+from gpu_monitoring.nvml.queries import plain, register_events
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class EventWatcher:
     def listening(self) -> bool:
         return bool(self._registered)
 
-    def register(self, devices: List[Device]) -> None:
+    def register(self, devices: List[NvmlDevice]) -> None:
         """Register every device not yet registered; the ones that fail are tried next time."""
         self.problem = None
         if self._set is None:
@@ -105,7 +105,7 @@ class EventWatcher:
         elif self.unsupported:
             self.problem = "no GPU supports XID, ECC, recovery-action or GPU-unavailable events"
 
-    def _register(self, device: Device) -> None:
+    def _register(self, device: NvmlDevice) -> None:
         mask = device.event_types & WANTED
         if not mask:
             return
@@ -117,7 +117,7 @@ class EventWatcher:
                 raise CannotAnswer(device.why_not(call))
         self._registered[device.address] = registered
 
-    def _register_each(self, device: Device, mask: int) -> bool:
+    def _register_each(self, device: NvmlDevice, mask: int) -> bool:
         """Each type of `mask` alone, after NVML refused them together: nvmlDeviceRegisterEvents answers
         NOT_SUPPORTED when any one type is not supported (nvml.h), so a type a driver lists yet refuses
         must not cost the others. Whether any was taken; the GPU is then registered, and a type that

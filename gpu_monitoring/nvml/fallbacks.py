@@ -3,7 +3,7 @@
 A reader takes a device, a scope (0, or the link number of a per-link value) and the device's
 NVLink link count, and returns what it read by value name, nothing where the device cannot
 answer; one call may serve several names (nvmlDeviceGetRemappedRows gives four). Readers ask
-through Device.ask, so a function NVML refuses for good is not called again, and GpuLost goes
+through NvmlDevice.ask, so a function NVML refuses for good is not called again, and GpuLost goes
 up as from any other call.
 """
 
@@ -13,15 +13,15 @@ from typing import Any, Callable, Dict, List
 
 import pynvml
 
-from .device import Device
-from .library import Call, Filling, Query
-from .queries import scalar
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.library import Call, Filling, Query
+from gpu_monitoring.nvml.queries import scalar
 
-Reader = Callable[[Device, int, int], Dict[str, float]]
+Reader = Callable[[NvmlDevice, int, int], Dict[str, float]]
 
 
 def _single(name: str, call: Call) -> Reader:
-    def reader(device: Device, scope: int, links: int) -> Dict[str, float]:
+    def reader(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
         value = device.ask(call)
         return {} if value is None else {name: value}
 
@@ -62,7 +62,7 @@ _PCIE_TX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES)
 _PCIE_RX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
 
 
-def remapped_rows(device: Device, scope: int, links: int) -> Dict[str, float]:
+def remapped_rows(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
     rows = device.ask(_REMAPPED_ROWS)
     if rows is None:
         return {}
@@ -71,7 +71,7 @@ def remapped_rows(device: Device, scope: int, links: int) -> Dict[str, float]:
             "remapped_pending": pending, "remapped_failed": failed}
 
 
-def sampled_pcie_throughput(device: Device) -> List[int]:
+def sampled_pcie_throughput(device: NvmlDevice) -> List[int]:
     """KiB/s (TX, RX) sampled over 20 ms per direction, empty where the device cannot tell. RX is
     not asked where TX is refused."""
     tx = device.ask(_PCIE_TX)
@@ -79,7 +79,7 @@ def sampled_pcie_throughput(device: Device) -> List[int]:
     return [] if rx is None else [tx, rx]
 
 
-def pcie_throughput(device: Device, scope: int, links: int) -> Dict[str, float]:
+def pcie_throughput(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
     """The sampled rate: not the byte counters the fields give, so under names of its own for the
     collector to tell apart."""
     return dict(zip(("pcie_tx_kib_per_s", "pcie_rx_kib_per_s"), sampled_pcie_throughput(device)))
@@ -96,12 +96,12 @@ def _link_errors(link: int, counter: int) -> Query:
     return scalar("nvmlDeviceGetNvLinkErrorCounter", link, counter, output=ctypes.c_ulonglong)
 
 
-def nvlink_state(device: Device, link: int, links: int) -> Dict[str, float]:
+def nvlink_state(device: NvmlDevice, link: int, links: int) -> Dict[str, float]:
     state = device.ask(_link_state(link))
     return {} if state is None else {"nvlink_state": state}
 
 
-def nvlink_link_count(device: Device, scope: int, links: int) -> Dict[str, float]:
+def nvlink_link_count(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
     """Links are numbered from 0: the count is how many answer nvmlDeviceGetNvLinkState before the
     first the driver rejects: INVALID_ARGUMENT past the GPU's own count (a GB200 has 18 links, while
     NVML_NVLINK_MAX_LINKS is 36), NOT_SUPPORTED on a GPU without NVLink (one call). Read once a
@@ -115,7 +115,7 @@ def nvlink_link_count(device: Device, scope: int, links: int) -> Dict[str, float
 def _nvlink_errors(name: str, counter: int) -> Reader:
     """The device's total of one error counter, as its `*_TOTAL` field gives it: the sum over its links."""
 
-    def reader(device: Device, scope: int, links: int) -> Dict[str, float]:
+    def reader(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
         answered = []
         for link in range(links):
             query = _link_errors(link, counter)

@@ -19,11 +19,11 @@ from typing import Callable, Dict, FrozenSet, Optional, Set, Tuple
 
 import pynvml
 
-from . import listing
-from .device import Device
-from .errors import GpuLost
-from .library import Query
-from .queries import answered, plain
+from gpu_monitoring.nvml import array_room
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import GpuLost
+from gpu_monitoring.nvml.library import Query
+from gpu_monitoring.nvml.queries import answered, plain
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Request:
         self.refusals = len(refused)
         self.keys = tuple(sorted(wanted - refused))
         self.wide = frozenset(filter(wide, self.keys))  # counters a 32-bit answer is no use for
-        self.entries = listing.array_type(FieldValue, len(self.keys))()
+        self.entries = array_room.array_type(FieldValue, len(self.keys))()
         for entry, key in zip(self.entries, self.keys):
             entry.fieldId, entry.scopeId = field_id(key), key[1]
         self.query = Query("nvmlDeviceGetFieldValues", [], answered, (ctypes.c_int32(len(self.keys)), self.entries))
@@ -113,7 +113,9 @@ class FieldBatch:
     """One device's nvmlDeviceGetFieldValues over an NVML session: the request handed to NVML each
     run, the keys the driver refused, and when NVML took the newest values."""
 
-    def __init__(self, device: Device, field_id: Callable[[FieldKey], int], wide: Callable[[FieldKey], bool]) -> None:
+    def __init__(
+        self, device: NvmlDevice, field_id: Callable[[FieldKey], int], wide: Callable[[FieldKey], bool]
+    ) -> None:
         self.device = device
         self.refused: Set[FieldKey] = set()
         self.timestamp_us = 0

@@ -6,11 +6,11 @@ from typing import Any, Dict, Optional
 
 import pynvml
 
-from . import library
-from .device import Device
-from .errors import CannotAnswer, NvmlError
-from .library import Query
-from .queries import answered, plain
+from gpu_monitoring.nvml import library
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import CannotAnswer, NvmlError
+from gpu_monitoring.nvml.library import Query
+from gpu_monitoring.nvml.queries import answered, plain
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class GpmSampler:
     queries over them (older, newer), built once: filling a query is most of what a read costs.
     """
 
-    def __init__(self, device: Device, gpu_instance_id: Optional[int] = None, pcie: bool = True):
+    def __init__(self, device: NvmlDevice, gpu_instance_id: Optional[int] = None, pcie: bool = True):
         self.device = device
         self.gpu_instance_id = gpu_instance_id
         whole_gpu = gpu_instance_id is None

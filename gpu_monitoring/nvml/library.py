@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import pynvml
 
-from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
-from .listing import Room
+from gpu_monitoring.nvml.array_room import Room
+from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
 
 DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 SUCCESS = pynvml.NVML_SUCCESS

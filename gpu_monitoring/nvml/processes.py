@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pynvml
 
-from .library import Filling
-from .queries import plain
+from gpu_monitoring.nvml.library import Filling
+from gpu_monitoring.nvml.queries import plain
 
 COMPUTE = "nvmlDeviceGetComputeRunningProcesses"
 MPS = "nvmlDeviceGetMPSComputeRunningProcesses"

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import pynvml
 
-from . import library
-from .library import Binding, Query
+from gpu_monitoring.nvml import library
+from gpu_monitoring.nvml.library import Binding, Query
 
 Output = Any  # a ctypes scalar or structure NVML writes into
 

@@ -4,7 +4,7 @@ field, the dedicated function that gives the same value.
 Collectors ask for (name, scope) keys: scope 0 for device values, the link number for per-link
 ones. Which source serves a key is learnt once per device and NVML session: a field refused
 (per-entry NOT_SUPPORTED and the like) leaves the batch for good and its fallback reads it
-from then on; a fallback NVML refuses is never called again (Device.ask remembers). So a
+from then on; a fallback NVML refuses is never called again (NvmlDevice.ask remembers). So a
 steady-state run asks each function only for what the batch could not answer.
 
 What a run still calls per GPU besides the batch, and why no field replaces it (nvml.h has no
@@ -36,10 +36,10 @@ from typing import Callable, Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 import pynvml
 
-from . import fallbacks
-from .device import Device
-from .fallbacks import Reader
-from .fields import FieldBatch, FieldKey, Values
+from gpu_monitoring.nvml import fallbacks
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fallbacks import Reader
+from gpu_monitoring.nvml.fields import FieldBatch, FieldKey, Values
 
 
 class Reading(NamedTuple):
@@ -207,7 +207,7 @@ LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])
 C2C_LINK_COUNT: FrozenSet[FieldKey] = frozenset([("c2c_link_count", 0)])
 
 
-def c2c_link_count(device: Device) -> int:
+def c2c_link_count(device: NvmlDevice) -> int:
     """How many C2C links the device has (0 but on Grace): one batched call, made once a session
     by the collector that asks for their per-link values."""
     # The count's field ID is the same in every driver's nvml.h.
@@ -224,7 +224,7 @@ class Readings:
     A reader serving several keys (one scope) is called once; a key it cannot answer is left out.
     """
 
-    def __init__(self, device: Device, driver_version: Optional[str] = None) -> None:
+    def __init__(self, device: NvmlDevice, driver_version: Optional[str] = None) -> None:
         self.device = device
         ids, unknown = driver_field_ids(driver_version)
         self.batch = FieldBatch(device, lambda key: ids[key[0]], _wide)

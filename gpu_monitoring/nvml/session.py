@@ -3,9 +3,9 @@
 import logging
 from typing import Any, List, Optional
 
-from . import library
-from .device import Device
-from .errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
+from gpu_monitoring.nvml import library
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, LibraryUnavailable, NvmlError, NvmlUninitialized
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class NvmlSession:
     def __init__(self, library: Any = None):
         self._library = library
         self.started = False
-        self.devices: List[Device] = []
+        self.devices: List[NvmlDevice] = []
         self.driver_version: Optional[str] = None
         self.nvml_version: Optional[str] = None
         self.cuda_driver_version: Optional[str] = None
@@ -61,14 +61,14 @@ class NvmlSession:
             return self._library
         return "the simulated NVML library"
 
-    def _enumerate(self) -> List[Device]:
+    def _enumerate(self) -> List[NvmlDevice]:
         devices = []
         for index in range(self._system("nvmlDeviceGetCount")):
             try:
-                devices.append(Device(index, library.call("nvmlDeviceGetHandleByIndex", index)))
+                devices.append(NvmlDevice(index, library.call("nvmlDeviceGetHandleByIndex", index)))
             except NvmlError as e:
                 log.warning("GPU %d has no NVML handle (%s); it is reported as lost", index, e)
-                devices.append(Device(index, None))
+                devices.append(NvmlDevice(index, None))
         return devices
 
     # --- system facts -------------------------------------------------------------------

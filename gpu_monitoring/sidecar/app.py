@@ -8,20 +8,20 @@ import time
 from collections import Counter
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .. import __version__
-from ..dcgm import DcgmReader
-from ..dcgm.outcome import carried
-from ..kube import DEFAULT_TTL
-from ..kube.allocations import AllocationReader
-from ..node_run import NodeReader
-from ..nvml.device import Device
-from ..nvml.errors import NvmlError
-from ..nvml.session import NvmlSession
-from . import protocol
-from .journal import Journal, JournalLockedError
-from .pump import BUFFER_EVENTS, EventPump
-from .readiness import NvmlReadiness
-from .server import ApiError, Response, UnixHttpServer, integer
+from gpu_monitoring import __version__
+from gpu_monitoring.collectors.node_reader import NodeReader
+from gpu_monitoring.dcgm import DcgmReader
+from gpu_monitoring.dcgm.outcome import carried
+from gpu_monitoring.kube import DEFAULT_TTL
+from gpu_monitoring.kube.allocations import AllocationReader
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import NvmlError
+from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.sidecar.journal import Journal, JournalLockedError
+from gpu_monitoring.sidecar.pump import BUFFER_EVENTS, EventPump
+from gpu_monitoring.sidecar.readiness import NvmlReadiness
+from gpu_monitoring.sidecar.server import ApiError, Response, UnixHttpServer, integer
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
             time.sleep(1)
 
 
-def _model(device: Device) -> str:
+def _model(device: NvmlDevice) -> str:
     try:
         return device.name if device.handle is not None else "lost"
     except NvmlError:

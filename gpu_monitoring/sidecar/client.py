@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlencode
 
-from ..bounded import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
-from ..snapshot import Event, Snapshot, json_typed, load
-from . import protocol
+from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
+from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.snapshot import Event, Snapshot, json_typed, load
 
 # A snapshot of an 8-GPU node with its processes is tens of KiB, a page of 1,000 events a few
 # hundred: a hundred times the most a real node sends.

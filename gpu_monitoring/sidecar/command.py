@@ -8,11 +8,11 @@ import time
 from typing import Optional, Union
 from urllib.parse import urlsplit
 
-from ..deps import MissingPackage, require
-from ..kube import DEFAULT_TTL
-from ..options import MAX_SOCKET_PATH_BYTES
-from . import protocol
-from .journal import JournalLockedError
+from gpu_monitoring.config.value_checks import MAX_SOCKET_PATH_BYTES
+from gpu_monitoring.deps import MissingPackage, require
+from gpu_monitoring.kube import DEFAULT_TTL
+from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.sidecar.journal import JournalLockedError
 
 DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -77,9 +77,9 @@ def run_sidecar(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpu-monitoring sidecar: {e.package} is not installed: the sidecar needs the "
                          "package's `deps` extra (pip install 'datadog-gpu-monitoring[deps]')\n")
         return 2
-    from ..simulator import ScenarioError, SimClock
-    from ..simulator.node import simulated_node
-    from .app import Sidecar
+    from gpu_monitoring.sidecar.app import Sidecar
+    from gpu_monitoring.simulator import ScenarioError, SimClock
+    from gpu_monitoring.simulator.node import simulated_node
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     too_long = _socket_too_long(args.socket)
@@ -153,7 +153,7 @@ def _existing(path: Optional[str]) -> Optional[str]:
 
 
 def run_healthz(args: argparse.Namespace) -> int:
-    from .client import SidecarClient, SidecarUnavailable
+    from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 
     try:
         body = SidecarClient(args.socket, timeout=5).get(protocol.HEALTH_PATH)

@@ -6,10 +6,10 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional
 
-from ..nvml.errors import CannotAnswer, NvmlError, NvmlUninitialized
-from ..nvml.events import EventWatcher
-from ..nvml.session import NvmlSession
-from .journal import Journal
+from gpu_monitoring.nvml.errors import CannotAnswer, NvmlError, NvmlUninitialized
+from gpu_monitoring.nvml.events import EventWatcher
+from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.sidecar.journal import Journal
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import threading
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from .. import snapshot
-from ..nvml.device import Device
-from ..nvml.errors import GpuLost, NvmlError
-from ..nvml.session import NvmlSession
+from gpu_monitoring import snapshot
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import GpuLost, NvmlError
+from gpu_monitoring.nvml.session import NvmlSession
 
 # Longer than the Agent's 15 s interval: while an Agent reads snapshots, probes reuse what they found.
 FRESH_SECONDS = 20.0
@@ -64,7 +64,7 @@ class NvmlReadiness:
         return _unreadable(len(answers), [(index, error) for index, error in answers if error is not None])
 
 
-def _lost(device: Device) -> Optional[str]:
+def _lost(device: NvmlDevice) -> Optional[str]:
     if device.handle is None:
         return "NVML gave no handle for this GPU"
     # nvml.h: NVML_ERROR_GPU_IS_LOST, "the GPU has fallen off the bus or has otherwise become

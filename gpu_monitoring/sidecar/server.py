@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Dict, Tuple
 from urllib.parse import parse_qs, urlsplit
 
-from . import protocol
+from gpu_monitoring.sidecar import protocol
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A simulated NVML driver beneath the unmodified pynvml bindings (see `library`)."""
 
-from .clock import SimClock
-from .library import SimulatedNvml
-from .scenario import Scenario, ScenarioError, available, load
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import Scenario, ScenarioError, available, load
 
 __all__ = ["SimClock", "SimulatedNvml", "Scenario", "ScenarioError", "available", "load"]

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from ..xid import describe
-from .device_model import MIB, SimDevice, SimMigInstance
-from .http_server import ThreadedServer
-from .library import SimulatedNvml
-from .scenario import DcgmExporterSpec
+from gpu_monitoring.health.xid import describe
+from gpu_monitoring.simulator.device_model import MIB, SimDevice, SimMigInstance
+from gpu_monitoring.simulator.http_server import ThreadedServer
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import DcgmExporterSpec
 
 BEHAVIOURS = ("ok", "garbage", "slow", "error", "stale")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

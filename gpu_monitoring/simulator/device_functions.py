@@ -9,8 +9,8 @@ import ctypes
 
 import pynvml
 
-from .abi import array_at, nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
-from .device_model import MIB
+from gpu_monitoring.simulator.abi import array_at, nvml, put_pointer, put_string, put_uint, put_ulonglong, struct_at
+from gpu_monitoring.simulator.device_model import MIB
 
 OK = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED

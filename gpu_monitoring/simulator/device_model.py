@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pynvml
 
-from .scenario import DeviceSpec, Fault, MigSpec
+from gpu_monitoring.simulator.scenario import DeviceSpec, Fault, MigSpec
 
 MIB = 1024 * 1024
 

@@ -17,8 +17,8 @@ import uuid
 
 import pynvml
 
-from .abi import nvml, struct_at
-from .field_functions import driver_major
+from gpu_monitoring.simulator.abi import nvml, struct_at
+from gpu_monitoring.simulator.field_functions import driver_major
 
 # Symbols a driver older than this lacks, as if absent from its libnvidia-ml.
 SINCE_DRIVER = {"nvmlDeviceGetGpuFabricInfoV": 550}

@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 import pynvml
 
-from .scenario import Fault
+from gpu_monitoring.simulator.scenario import Fault
 
 # The driver tells of a new recovery action with XID 154 (NVIDIA's XID catalog).
 RECOVERY_ACTION_XID = 154

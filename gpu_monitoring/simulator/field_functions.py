@@ -12,7 +12,7 @@ import math
 
 import pynvml
 
-from .abi import array_at, nvml
+from gpu_monitoring.simulator.abi import array_at, nvml
 
 
 class _Entry(ctypes.Structure):

@@ -9,8 +9,8 @@ import ctypes
 
 import pynvml
 
-from .abi import nvml, put_pointer
-from .device_model import MIB
+from gpu_monitoring.simulator.abi import nvml, put_pointer
+from gpu_monitoring.simulator.device_model import MIB
 
 OK = pynvml.NVML_SUCCESS
 

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .http_server import ThreadedServer
+from gpu_monitoring.simulator.http_server import ThreadedServer
 
 BEHAVIOURS = ("ok", "unauthorized", "garbage", "slow", "error")
 # Controllers outside apps/v1 (DaemonSet, ReplicaSet, StatefulSet are there).

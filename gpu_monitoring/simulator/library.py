@@ -15,7 +15,7 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import pynvml
 
-from . import (  # noqa: F401  (register symbols)
+from gpu_monitoring.simulator import (  # noqa: F401  (register symbols)
     device_functions,
     fabric_functions,
     field_functions,
@@ -23,11 +23,11 @@ from . import (  # noqa: F401  (register symbols)
     process_functions,
     system_functions,
 )
-from .abi import SYMBOLS, prototype
-from .clock import SimClock
-from .device_model import SimDevice, SimMigInstance
-from .fault_events import events_of
-from .scenario import Fault, Scenario
+from gpu_monitoring.simulator.abi import SYMBOLS, prototype
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.device_model import SimDevice, SimMigInstance
+from gpu_monitoring.simulator.fault_events import events_of
+from gpu_monitoring.simulator.scenario import Fault, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ MIG_PARENT_REFUSED = {
 
 
 @dataclass
-class Target:
+class HandleTarget:
     """The device a handle names: a physical GPU, or one of its MIG instances."""
 
     device: SimDevice
@@ -90,7 +90,7 @@ class SimulatedNvml:
         self.failures: List[str] = []
         self.init_count = 0
         self.event_sets: Dict[int, EventSet] = {}
-        self.gpm_samples: Dict[int, Optional[Tuple[Target, float]]] = {}
+        self.gpm_samples: Dict[int, Optional[Tuple[HandleTarget, float]]] = {}
         # Faults before the clock's start happened before this node (re)started: no events replay them.
         self._next_fault = sum(1 for fault in scenario.faults if fault.at < self.clock.now())
         self._lock = threading.RLock()
@@ -132,7 +132,7 @@ class SimulatedNvml:
         slot = 0 if mig is None else device.mig.index(mig) + 1
         return HANDLE_STRIDE * (device.index + 1) + slot
 
-    def target(self, handle: Optional[int]) -> Optional[Target]:
+    def target(self, handle: Optional[int]) -> Optional[HandleTarget]:
         if not handle:
             return None
         index, slot = divmod(handle, HANDLE_STRIDE)
@@ -140,10 +140,10 @@ class SimulatedNvml:
             return None
         device = self.devices[index - 1]
         if slot == 0:
-            return Target(device)
+            return HandleTarget(device)
         if slot > len(device.mig):
             return None
-        return Target(device, device.mig[slot - 1])
+        return HandleTarget(device, device.mig[slot - 1])
 
     def new_id(self) -> int:
         self._ids += 1
@@ -238,7 +238,7 @@ class SimulatedNvml:
         before the fall stays a handle, whose every call answers GPU_IS_LOST (_refusal)."""
         return index < len(self.devices) and self.devices[index].off_the_bus(self.now())
 
-    def _refusal(self, name: str, target: Target) -> Optional[int]:
+    def _refusal(self, name: str, target: HandleTarget) -> Optional[int]:
         if target.device.lost(self.now()):
             return pynvml.NVML_ERROR_GPU_IS_LOST
         if target.mig is not None:

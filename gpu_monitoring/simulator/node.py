@@ -57,18 +57,18 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..kube.cdi_devices import GPU_DRIVER
-from ..kube.device_ids import DeviceRef, parse_device_id
-from ..snapshot import Advertised, Allocation
-from .clock import SimClock
-from .dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
-from .kubelet_server import KubeletServer
-from .library import SimulatedNvml
-from .pod_resources_server import PodResourcesServer
-from .proc_root import boot_id_of, build_proc_root
-from .scenario import load
-from .slurm import slurm_processes
-from .sysfs_root import SysfsTree
+from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
+from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
+from gpu_monitoring.simulator.kubelet_server import KubeletServer
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
+from gpu_monitoring.simulator.proc_root import boot_id_of, build_proc_root
+from gpu_monitoring.simulator.scenario import load
+from gpu_monitoring.simulator.slurm import slurm_processes
+from gpu_monitoring.simulator.sysfs_root import SysfsTree
+from gpu_monitoring.snapshot import Advertised, Allocation
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 # The GPU Operator's dcgm-exporter DaemonSet (NVIDIA/gpu-operator assets/state-dcgm-exporter): its

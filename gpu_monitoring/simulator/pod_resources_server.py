@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..kube.pod_resources import ALLOCATABLE_METHOD, LIST_METHOD
-from ..snapshot import Advertised, Allocation
+from gpu_monitoring.kube.pod_resources import ALLOCATABLE_METHOD, LIST_METHOD
+from gpu_monitoring.snapshot import Advertised, Allocation
 
 BEHAVIOURS = ("ok", "unimplemented", "rate_limited", "slow", "garbage")
 # How NVIDIA's DRA drivers name a claim's devices in CDI (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/cdi.go):

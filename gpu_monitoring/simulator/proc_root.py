@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from .scenario import DeviceSpec
+from gpu_monitoring.simulator.scenario import DeviceSpec
 
 # The keys of a process mapping that shape its cgroup file; others (memory, SM%) are not ours.
 _CGROUP_KEYS = ("container_id", "pod_uid", "qos", "runtime", "cgroup_driver", "cgroup_version", "unit")

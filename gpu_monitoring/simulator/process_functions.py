@@ -6,9 +6,9 @@ import ctypes
 
 import pynvml
 
-from ..nvml.processes import ProcessInfoV1
-from .abi import array_at, nvml, put_uint
-from .device_model import MIB, is_mps_server
+from gpu_monitoring.nvml.processes import ProcessInfoV1
+from gpu_monitoring.simulator.abi import array_at, nvml, put_uint
+from gpu_monitoring.simulator.device_model import MIB, is_mps_server
 
 OK = pynvml.NVML_SUCCESS
 SAMPLE_BUFFER = 72  # process samples a real driver (580, H100) makes room for

@@ -26,7 +26,15 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import pynvml
 import yaml
 
-from .node_spec import FLAP_SECONDS, PORT_FAULTS, PORT_RATES, NodeSpec, PortSpec, checked_counters, node_spec
+from gpu_monitoring.simulator.node_spec import (
+    FLAP_SECONDS,
+    PORT_FAULTS,
+    PORT_RATES,
+    NodeSpec,
+    PortSpec,
+    checked_counters,
+    node_spec,
+)
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 # Scenarios are a few KiB; a path to anything far larger is a mistake, not a node to read into memory.

@@ -16,7 +16,7 @@
 
 from typing import Any, Dict, Mapping
 
-from .proc_root import slurm_cgroup_text
+from gpu_monitoring.simulator.proc_root import slurm_cgroup_text
 
 # Spelled out here rather than taken from the code that reads them, so that a wrong name there fails a test.
 _EXPORTED = {"SLURM_JOB_NAME": "name", "SLURM_JOB_USER": "user", "SLURM_JOB_ACCOUNT": "account",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-from .node_spec import (
+from gpu_monitoring.simulator.node_spec import (
     MELLANOX_VENDOR,
     NIC_CLASSES,
     NIC_DRIVER,
@@ -41,7 +41,7 @@ from .node_spec import (
     PciSpec,
     PortSpec,
 )
-from .scenario import Fault, Scenario
+from gpu_monitoring.simulator.scenario import Fault, Scenario
 
 # What each direction carries of a port's traffic: a little less comes back than goes out.
 DATA_SHARES = {"port_xmit_data": 1.0, "port_rcv_data": 0.9}

@@ -4,9 +4,9 @@ import ctypes
 
 import pynvml
 
-from .abi import nvml, put_int, put_pointer, put_string, put_uint, put_ulonglong, struct_at
-from .fault_events import event_types
-from .field_functions import driver_major
+from gpu_monitoring.simulator.abi import nvml, put_int, put_pointer, put_string, put_uint, put_ulonglong, struct_at
+from gpu_monitoring.simulator.fault_events import event_types
+from gpu_monitoring.simulator.field_functions import driver_major
 
 OK = pynvml.NVML_SUCCESS
 SUPPORTED_EVENTS = (

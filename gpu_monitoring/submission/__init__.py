@@ -7,14 +7,22 @@ from typing import AbstractSet, Callable, Dict, List, Union
 
 from datadog_checks.base import AgentCheck
 
-from ..attribution import Attribution, Tagger
-from ..health import Health
-from ..metric_spec import DEFAULT_PROFILE, SPEC, sent_in
-from ..snapshot import Device, MigInstance, Process, Snapshot
-from .events import submit_xids
-from .inventory import submit_inventory
-from .node import NodeReport, submit_node
-from .tags import HolderTags, claim_tags, device_name, device_tags, merge, mig_tags, process_tags
+from gpu_monitoring.attribution import Attribution, Tagger
+from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.metrics.spec import DEFAULT_PROFILE, SPEC, sent_in
+from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
+from gpu_monitoring.submission.events import submit_xids
+from gpu_monitoring.submission.inventory import submit_inventory
+from gpu_monitoring.submission.node import NodeReport, submit_node
+from gpu_monitoring.submission.tags import (
+    HolderTags,
+    claim_tags,
+    device_name,
+    device_tags,
+    merge,
+    mig_tags,
+    process_tags,
+)
 
 __all__ = ["NodeReport", "Submitter"]
 

@@ -12,14 +12,14 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from datadog_checks.base import AgentCheck
 
-from .. import xid
-from ..snapshot import Device, Event, Snapshot
+from gpu_monitoring.health import xid
+from gpu_monitoring.snapshot import Device, Event, Snapshot
 
 _ALERT = {"critical": "error", "warning": "warning", "ok": "info"}
 _RANK = {"critical": 0, "warning": 1, "ok": 2}
 # Datadog events one run sends for XIDs, the note of what was left out aside.
 MAX_EVENTS = 50
-EVENT_TYPE = "gpu_monitoring.xid"
+EVENT_TYPE = "gpu_monitoring.health.xid"
 
 GpuKey = Tuple[Optional[str], Optional[int], Optional[str]]  # the GPU as an event names it
 

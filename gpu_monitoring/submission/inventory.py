@@ -9,8 +9,8 @@ once for each version.
 from functools import lru_cache
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
-from ..snapshot import Snapshot
-from .tags import device_name, merge
+from gpu_monitoring.snapshot import Snapshot
+from gpu_monitoring.submission.tags import device_name, merge
 
 Send = Callable[[str, float, List[str]], None]
 # A node's versions change with a driver upgrade, its models seldom: a few combinations a check's life.

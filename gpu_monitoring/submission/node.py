@@ -6,7 +6,7 @@ from typing import Callable, List, Optional
 
 from datadog_checks.base import AgentCheck
 
-from ..node_health import NodeVerdict
+from gpu_monitoring.health.node_health import NodeVerdict
 
 NODE_HEALTH_CHECK = "node.health"
 

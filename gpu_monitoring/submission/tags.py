@@ -11,8 +11,8 @@ import re
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..attribution import DeviceView, Holder, Tagger
-from ..snapshot import Device, MigInstance, Process, Snapshot
+from gpu_monitoring.attribution import DeviceView, Holder, Tagger
+from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 
 # Keys a MIG instance sets for itself instead of taking its parent's.
 _OWN_MIG_KEYS = ("gpu_uuid:", "gpu_slicing_mode:", "gpu_sharing_mode:")

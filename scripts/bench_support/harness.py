@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from datadog_checks.base.stubs import aggregator, tagger
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 
 from .entry import entry
 

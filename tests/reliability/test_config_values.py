@@ -9,7 +9,7 @@ import re
 import pytest
 from datadog_checks.base import ConfigurationError
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 from tests.test_config_spec import agent_option_names, spec_options, standard_option_names
 
 AGENT_OPTIONS = agent_option_names()

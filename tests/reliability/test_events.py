@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck
-from gpu_monitoring.check import CURSOR
-from gpu_monitoring.cli import main
+from gpu_monitoring.check import CURSOR, GpuMonitoringCheck
+from gpu_monitoring.cli.main import main
 from gpu_monitoring.sidecar.pump import BUFFER_EVENTS
 
 from ..conftest import H100_PCIE_NODE, tag_dict

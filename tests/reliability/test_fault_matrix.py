@@ -39,9 +39,10 @@ import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import GpuMonitoringCheck, simulator
-from gpu_monitoring.metric_spec import SPEC
-from gpu_monitoring.node_run import NodeReader
+from gpu_monitoring import simulator
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.collectors.node_reader import NodeReader
+from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.simulator.abi import SYMBOLS, prototype

@@ -15,15 +15,15 @@ from datadog_checks.base import ConfigurationError
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from gpu_monitoring import GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.config.settings import CheckSettings
 from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
 from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.kube.pod_list import PodInfo, parse_pod_list
 from gpu_monitoring.kube.pod_list_reader import PodListReader
 from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocatable, decode_allocations
-from gpu_monitoring.kube.procfs import ProcessOwner, parse_cgroup
-from gpu_monitoring.settings import CheckSettings
+from gpu_monitoring.node.procfs import ProcessOwner, parse_cgroup
 from gpu_monitoring.snapshot import Advertised, Allocation, SlurmJob
 
 from ..config_support import parse

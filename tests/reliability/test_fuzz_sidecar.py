@@ -35,7 +35,7 @@ from .fuzz_support import (
 def good_snapshot():
     """A real NodeReader's snapshot of the simulated DGX H100, with events, allocations and a sidecar's
     DCGM read added."""
-    from gpu_monitoring.node_run import NodeReader
+    from gpu_monitoring.collectors.node_reader import NodeReader
     from gpu_monitoring.nvml.session import NvmlSession
     from gpu_monitoring.simulator import SimulatedNvml, load
 

@@ -11,7 +11,7 @@ import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.service_checks import Status
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 
 from ..conftest import INTERVAL

@@ -21,8 +21,8 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.bounded import MIB
 from gpu_monitoring.check import CURSOR
+from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import MAX_BODY_BYTES, KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,
@@ -32,7 +32,7 @@ from gpu_monitoring.kube.pod_resources import (
     list_allocatable,
     list_allocations,
 )
-from gpu_monitoring.service_checks import Status
+from gpu_monitoring.net.bounded_read import MIB
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.simulator.kubelet_server import pod_list
 from gpu_monitoring.snapshot import Device, Event, Node, Process, Snapshot

@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .service_checks import Status
+from gpu_monitoring.health.service_checks import Status
 
 DEFAULT_INTERVAL = 15
 DEFAULT_RUNS = 2
@@ -25,7 +25,7 @@ def run(init_config: Dict[str, Any], instance: Dict[str, Any], runs: Optional[in
     scenario's first fault), and the errors any run raised. A ConfigurationError propagates."""
     from datadog_checks.base.stubs import aggregator
 
-    from .check import GpuMonitoringCheck
+    from gpu_monitoring.check import GpuMonitoringCheck
 
     with _generic_tags_allowed():
         check = GpuMonitoringCheck("gpu_monitoring", init_config, [instance])

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from datadog_checks.base import is_affirmative
 
-from .config_models import InstanceConfig
+from gpu_monitoring.config_models import InstanceConfig
 
 try:
     import datadog_agent

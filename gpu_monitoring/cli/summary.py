@@ -9,8 +9,8 @@ a metric the instance does not send (a profile or `metric_patterns` left it out)
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
-from .service_checks import Status
-from .units import human
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.units import human
 
 NAMESPACE = "gpu_monitoring."
 GIB = 1024 ** 3

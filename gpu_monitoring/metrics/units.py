@@ -2,7 +2,7 @@
 
 from typing import Optional
 
-from .metric_spec import NAMESPACE, SPEC
+from gpu_monitoring.metrics.spec import NAMESPACE, SPEC
 
 BINARY_PREFIXES = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 SUFFIXES = {"percent": "%", "degree celsius": " °C", "megahertz": " MHz", "watt": " W", "joule": " J",

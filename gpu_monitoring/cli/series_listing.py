@@ -3,7 +3,7 @@ what `gpu-monitoring check --series` prints after the summary."""
 
 from typing import Dict, List
 
-from .units import human
+from gpu_monitoring.metrics.units import human
 
 # Enough tags to tell one series from another: the GPU or MIG instance, the XID, and the
 # workload (pod, Slurm job) or process that holds it. A mode is worth showing only where a GPU

@@ -7,7 +7,7 @@ the summary but does not fail it. A run that raised, or sent no service check at
 
 from typing import Dict, List, Tuple
 
-from .service_checks import Status
+from gpu_monitoring.health.service_checks import Status
 
 OK = 0
 NOT_WORKING = 1  # 2 is argparse's usage error, and the CLI's for a configuration it refuses

@@ -24,9 +24,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
-from .health import Health, Holdable
-from .service_checks import Status
-from .snapshot import Device
+from gpu_monitoring.health.device_health import Health, Holdable
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.snapshot import Device
 
 NODE = "node"
 WINDOW = 7 * 86400

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from . import snapshot
+from gpu_monitoring import snapshot
 
 log = logging.getLogger(__name__)
 

@@ -8,31 +8,31 @@ import logging
 import time
 from typing import AbstractSet, Callable, Dict, FrozenSet, Iterable, List, Optional
 
-from . import snapshot
-from .collectors import COLLECTOR_NAMES
-from .collectors.activity import Gpm, Utilization
-from .collectors.base import Collector
-from .collectors.c2c import C2c
-from .collectors.clocks import Clocks
-from .collectors.fabric import Fabric
-from .collectors.inventory import Inventory
-from .collectors.memory import Memory
-from .collectors.memory_errors import MemoryErrors
-from .collectors.mig import Mig
-from .collectors.nvlink import NvLink
-from .collectors.pcie import Pcie
-from .collectors.processes import Processes
-from .collectors.recovery import Recovery
-from .collectors.series import store
-from .collectors.thermal import Thermal
-from .driver_gpus import name_lost_devices, read_driver_gpus
-from .kube.allocations import AllocationReader
-from .node.hardware import HardwareReader
-from .nvml.device import Device
-from .nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
-from .nvml.events import EventWatcher, RawEvent
-from .nvml.readings import Readings
-from .nvml.session import NvmlSession
+from gpu_monitoring import snapshot
+from gpu_monitoring.collectors import COLLECTOR_NAMES
+from gpu_monitoring.collectors.base import Collector
+from gpu_monitoring.collectors.c2c import C2c
+from gpu_monitoring.collectors.clocks import Clocks
+from gpu_monitoring.collectors.fabric import Fabric
+from gpu_monitoring.collectors.inventory import Inventory
+from gpu_monitoring.collectors.memory import Memory
+from gpu_monitoring.collectors.memory_errors import MemoryErrors
+from gpu_monitoring.collectors.mig import Mig
+from gpu_monitoring.collectors.nvlink import NvLink
+from gpu_monitoring.collectors.pcie import Pcie
+from gpu_monitoring.collectors.processes import Processes
+from gpu_monitoring.collectors.recovery import Recovery
+from gpu_monitoring.collectors.series import store
+from gpu_monitoring.collectors.thermal import Thermal
+from gpu_monitoring.collectors.utilization import Gpm, Utilization
+from gpu_monitoring.kube.allocations import AllocationReader
+from gpu_monitoring.node.driver_gpus import name_lost_devices, read_driver_gpus
+from gpu_monitoring.node.hardware import HardwareReader
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
+from gpu_monitoring.nvml.events import EventWatcher, RawEvent
+from gpu_monitoring.nvml.readings import Readings
+from gpu_monitoring.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class NodeReader:
         self._in_snapshot = 0
         self._lost_since: Optional[float] = None
         self._last_seen: Dict[int, snapshot.Device] = {}
-        self._readings: Dict[Device, Readings] = {}  # each device's, for as long as the session lasts
+        self._readings: Dict[NvmlDevice, Readings] = {}  # each device's, for as long as the session lasts
         # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root;
         # `clock` is the one its counters follow.
         self.hardware = HardwareReader(sysfs_root, proc_root, clock) if sysfs_root else None
@@ -204,7 +204,7 @@ class NodeReader:
             events=[snapshot.Event(**event.record()) for event in raw_events],
         )
 
-    def _device(self, device: Device) -> snapshot.Device:
+    def _device(self, device: NvmlDevice) -> snapshot.Device:
         out = snapshot.Device(index=device.index, uuid=None)
         try:
             if device.handle is None:
@@ -220,7 +220,7 @@ class NodeReader:
         out.unsupported = device.refused_functions()
         return out
 
-    def _readings_of(self, device: Device) -> Readings:
+    def _readings_of(self, device: NvmlDevice) -> Readings:
         """The device's readings, wanting what the collectors want: the same for as long as the session lasts."""
         readings = self._readings.get(device)
         if readings is None:
@@ -241,7 +241,7 @@ class NodeReader:
         self._last_seen[out.index] = out
 
 
-def _identify(device: Device, out: snapshot.Device) -> None:
+def _identify(device: NvmlDevice, out: snapshot.Device) -> None:
     """Each identity fact NVML gives. A lost GPU still gives those read earlier in this session (its
     UUID and bus ID when it was registered for events); the loss is raised after them."""
     lost = None

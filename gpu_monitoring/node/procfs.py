@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, Optional, Tuple
 
-from ..snapshot import SlurmJob
+from gpu_monitoring.snapshot import SlurmJob
 
 
 @dataclass(frozen=True)

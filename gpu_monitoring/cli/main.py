@@ -12,12 +12,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from . import report, status
-from .__about__ import __version__
-from .listing import series_lines
-from .sidecar import command as sidecar_command
-from .sidecar.protocol import DEFAULT_SOCKET
-from .summary import summarize, summary_lines
+from gpu_monitoring.__about__ import __version__
+from gpu_monitoring.cli import report, status
+from gpu_monitoring.cli.series_listing import series_lines
+from gpu_monitoring.cli.summary import summarize, summary_lines
+from gpu_monitoring.sidecar import command as sidecar_command
+from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 
 HELP_WIDTH = 78
 USAGE_ERROR = 2  # argparse's own, and a configuration the check refuses
@@ -118,7 +118,7 @@ def _wrap(text: str, indent: str = "") -> str:
 def _scenarios() -> str:
     """The scenarios the package ships, as its scenarios directory holds them."""
     try:
-        from .simulator import available
+        from gpu_monitoring.simulator import available
     except ImportError as e:  # the simulator runs beneath pynvml, which sidecar mode does without
         return f"  none here: the simulator needs the package's `deps` extra ({e})"
     return _wrap(", ".join(available()), indent="  ")
@@ -141,7 +141,7 @@ def _run_or_explain(args: argparse.Namespace) -> int:
 
 
 def write_metadata(path: Optional[str]) -> int:
-    from .metric_spec import metadata_csv
+    from gpu_monitoring.metrics.spec import metadata_csv
 
     if path:
         Path(path).write_text(metadata_csv())
@@ -224,6 +224,3 @@ def _read_config(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
                                   f"(`{{}}` for the defaults); got {instance!r}")
     return init_config, instances
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,9 +5,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence
 
-from . import recovery_actions, xid
-from .service_checks import Status
-from .snapshot import Device, Event
+from gpu_monitoring.health import recovery_actions, xid
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.snapshot import Device, Event
 
 
 class Holdable(NamedTuple):

@@ -2,11 +2,11 @@
 
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..nvml.device import Device
-from ..nvml.errors import CannotAnswer
-from ..nvml.gpm import GPM_METRICS, PCIE_METRICS, GpmSampler
-from .base import Collector, Fields, sample_key
-from .series import Reading, fact, gauge
+from gpu_monitoring.collectors.base import Collector, Fields, sample_key
+from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.errors import CannotAnswer
+from gpu_monitoring.nvml.gpm import GPM_METRICS, PCIE_METRICS, GpmSampler
 
 UTILIZATION_GPU = gauge("utilization.gpu")
 UTILIZATION_MEMORY = gauge("utilization.memory")
@@ -19,7 +19,7 @@ ACTIVITY_SOURCE = fact("activity_source")
 class Utilization(Collector):
     name = "utilization"
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         found = []
         rates = device.utilization_rates()
         if rates is not None:
@@ -46,7 +46,7 @@ class Gpm(Collector):
     def begin_run(self) -> None:
         self._gave_pcie = set()
 
-    def collect(self, device: Device, fields: Fields) -> List[Reading]:
+    def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         key = sample_key(device)
         sampler = self._samplers.get(key)
         if sampler is None:
@@ -62,7 +62,7 @@ class Gpm(Collector):
             found.append((ACTIVITY_SOURCE, "gpm"))
         return found
 
-    def gave_pcie(self, device: Device) -> bool:
+    def gave_pcie(self, device: NvmlDevice) -> bool:
         """Whether this run's sample of the whole GPU gave its PCIe throughput."""
         return device.index in self._gave_pcie
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from statistics import multimode
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .driver_gpus import nvml_bus_id
-from .health import Health
-from .service_checks import Status
-from .snapshot import NetworkPort, PciFunction, Snapshot
+from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.node.driver_gpus import nvml_bus_id
+from gpu_monitoring.snapshot import NetworkPort, PciFunction, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
-from ..snapshot import SlurmJob
-from .procfs import (
+from gpu_monitoring.node.procfs import (
     ProcessOwner,
     ProcessStat,
     environment,
@@ -25,6 +24,7 @@ from .procfs import (
     real_uid,
     with_environment,
 )
+from gpu_monitoring.snapshot import SlurmJob
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import requests
 import urllib3
 from datadog_checks.base.utils.http import RequestsWrapper
 
-from .bounded import Deadline, check_declared_size, read_bounded
-from .kube.deadline_watch import DeadlineWatch, watch_sessions
+from gpu_monitoring.net.bounded_read import Deadline, check_declared_size, read_bounded
+from gpu_monitoring.net.deadline_watch import DeadlineWatch, watch_sessions
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The `gpu-monitoring` command line and what it prints."""

@@ -1,0 +1,1 @@
+"""Options: the derived settings and the value checks behind the config models."""

@@ -1,0 +1,1 @@
+"""The metric spec (metrics.yaml) and values in their units."""

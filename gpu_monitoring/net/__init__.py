@@ -1,0 +1,1 @@
+"""Reads over the network that end by a deadline and stop at a size bound."""
