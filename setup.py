@@ -5,6 +5,8 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).parent
 ABOUT: dict = {}
 exec((HERE / "gpu_monitoring" / "__about__.py").read_text(), ABOUT)
+# The Agent's base (AgentCheck, its HTTP wrapper, the test stubs) and what the check imports beside it.
+CHECK = ["datadog-checks-base[deps]>=37.21.0", "requests>=2.27"]
 
 setup(
     name="datadog-gpu-monitoring",
@@ -21,21 +23,33 @@ setup(
         "gpu_monitoring": ["metrics/metrics.yaml", "health/xid_catalog.yaml", "simulator/scenarios/*.yaml"],
         "datadog_checks.gpu_monitoring": ["data/*.yaml*"],
     },
-    # Only what the Agent's embedded Python already has: `integration install` adds no dependency.
+    # What both the check and the sidecar import; the Agent's embedded Python has them, and
+    # `integration install` adds no dependency. prometheus-client: the oldest supported Agent's
+    # (datadog-checks-base 37.21.0 pins 0.22.1). The Agent's base is no requirement: the sidecar runs
+    # without it (the `check` extra has it for a check run outside the Agent).
     install_requires=[
-        "datadog-checks-base[deps]>=37.21.0",
         "pyyaml>=5.4",
-        "requests>=2.27",
+        "prometheus-client>=0.22",
     ],
     extras_require={
-        # Local mode and the sidecar: NVML's bindings and gRPC for the kubelet's pod-resources API,
+        # The check outside the Agent (development, tests, `gpu-monitoring check`). The Agent's
+        # `integration install -w` accepts a wheel whose METADATA has a line containing
+        # "Requires-Dist: datadog-checks-base", an extra's included (datadog-agent,
+        # cmd/agent/subcommands/integrations/command.go, validateBaseDependency: a substring match,
+        # and no version check for a local wheel), then installs it with --no-deps.
+        "check": CHECK,
+        # Local mode in the Agent: NVML's bindings and gRPC for the kubelet's pod-resources API,
         # pinned to the versions the tests run.
         "deps": list(ABOUT["DEPS"].values()),
-        "dev": [
+        # The sidecar on a Python of its own (its image, its systemd unit): no Agent base.
+        "sidecar": list(ABOUT["DEPS"].values()) + list(ABOUT["SIDECAR_DEPS"].values()),
+        "dev": CHECK + [
             # tests/test_agent_install.py builds the wheel without build isolation.
             "setuptools>=61",
             "wheel",
             "pytest>=8",
+            # make test: the suite in three workers; most tests wait on servers, sockets and subprocesses.
+            "pytest-xdist>=3.5",
             # tests/reliability: property-based fuzzing of every parser of outside input.
             "hypothesis>=6.100",
             "datadog-checks-dev>=40,<41",

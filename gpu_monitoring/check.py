@@ -2,14 +2,14 @@
 
 import os
 import time
-from functools import cached_property
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
 
-from gpu_monitoring.attribution import Attribution, Settings, attribute
-from gpu_monitoring.config.settings import CheckSettings, derive
+from gpu_monitoring.attribution import Attribution, PriceOf, attribute, hourly_price
+from gpu_monitoring.config.derived import Derived, derive
 from gpu_monitoring.config_models import ConfigMixin
 from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.outcome import state_of
@@ -21,7 +21,7 @@ from gpu_monitoring.health.service_checks import ReasonedServiceCheck, Status
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_list import PodInfo
-from gpu_monitoring.metrics.spec import SPEC, sent_in
+from gpu_monitoring.net.agent_http import AgentHttp
 from gpu_monitoring.node.hardware import HardwareReader
 from gpu_monitoring.nvml.errors import NvmlError
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
@@ -53,18 +53,19 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def __init__(self, name, init_config, instances):
         super().__init__(name, init_config, instances)
         self.instance = self.instance or {}
-        # The generated models check every option (`self.config`); the check reads only what it
-        # derives from them once (`self.options`).
+        # The generated models check every option: the check reads them there (`self.config`), and what
+        # it derives from them once in `self.derived`.
         self.load_configuration_models()
-        self.options = self._configure()
-        self.submitter = Submitter(self, self.options.tags, _orchestrator_tags, self.options.max_processes_per_device,
-                                   self.options.metrics_profile)
+        self.derived = self._configure()
+        self.tags: List[str] = list(self.config.tags or ())
+        self.submitter = Submitter(self, self.tags, _orchestrator_tags, self.config.max_processes_per_device,
+                                   self.derived.profile)
         # What the runs read from is opened by `start()`, on the first run: a constructor only parses.
         self.kubelet: Optional[KubeletClient] = None
         self.allocation_reader: Optional[AllocationReader] = None
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.dcgm: Optional[DcgmReader] = None
-        self.settings: Optional[Settings] = None
+        self.price_of: Optional[PriceOf] = None
         self.node_judge: Optional[NodeJudge] = None
         self._held_written: Optional[str] = None
         self._previous: Dict[str, Device] = {}
@@ -76,40 +77,37 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         # The models live beside this module's package, not under it.
         super().load_configuration_models(package_path or "gpu_monitoring.config_models")
 
-    def _configure(self) -> CheckSettings:
-        """The settings; with `simulate`, also the simulated node, read from its scenario here with the
-        other options (so that one that cannot be loaded is a configuration error) and started by `start()`."""
-        options = derive(self.config)
-        self.simulated_node: Optional[SimulatedNode] = _simulated_node(options.simulate) if options.simulate else None
-        return options
+    def _configure(self) -> Derived:
+        """What the options give; with `simulate`, also the simulated node, read from its scenario here with
+        the other options (so that one that cannot be loaded is a configuration error) and started by `start()`."""
+        simulate = self.config.simulate
+        self.simulated_node: Optional[SimulatedNode] = _simulated_node(simulate) if simulate else None
+        return derive(self.config)
 
     def start(self) -> None:
         """Open what the runs read: the first run does, or a caller that wants it sooner. A simulated
-        node starts first, and the settings point at what it stands in for (the proc root and prices,
+        node starts first, and what is derived points at what it stands in for (the proc root and prices,
         the kubelet and pod-resources when its scenario has pods); an instance's own values still win."""
         if self.simulated_node is not None:
-            standing_in = self.simulated_node.start(serve_kubernetes=self.options.kubernetes != "false")
-            self.options = derive(self.config, standing_in)
-        self.kubelet = KubeletClient(**self.options.kubelet) if self._on_kubernetes() else None
+            standing_in = self.simulated_node.start(serve_kubernetes=self.derived.kubernetes != "false")
+            self.derived = derive(self.config, standing_in)
+        self.kubelet = KubeletClient(**self.derived.kubelet, http=AgentHttp) if self._on_kubernetes() else None
         self.source = self._source()
-        self.dcgm = DcgmReader(self.options.dcgm_exporter_url)
-        self.node_judge = NodeJudge(self.options.sysfs_root, self.options.expected_gpus,
-                                    self.options.expected_network_ports, self.options.expected_network_rate,
-                                    self.options.network_ports_exclude)
-        self.settings = Settings(
-            effective_threshold=self.options.effective_threshold,
-            hourly_price=self.options.hourly_price,
-            default_hourly_price=self.options.default_hourly_price,
-        )
+        self.dcgm = DcgmReader(self.config.dcgm_exporter_url)
+        self.node_judge = NodeJudge(self.derived.sysfs_root, self.derived.expected_gpus,
+                                    self.config.expected_network_ports, self.config.expected_network_rate,
+                                    self.config.network_ports_exclude)
+        self.price_of = partial(hourly_price, prices=self.derived.hourly_price,
+                                default=self.config.default_hourly_price)
 
     def _source(self) -> Union[LocalSource, SidecarSource]:
-        if self.options.source == "sidecar":
-            client = SidecarClient(self.options.sidecar_socket)
+        if self.config.source == "sidecar":
+            client = SidecarClient(self.config.sidecar_socket)
             return SidecarSource(client, lambda: self.read_persistent_cache(CURSOR), self._save_cursor)
         if self.kubelet is not None:
             # Pods and their devices are kept as long as each other: one TTL, one view of the node.
-            self.allocation_reader = AllocationReader(self.options.pod_resources_socket,
-                                                      self.options.gpu_resource_names, ttl=self.kubelet.ttl)
+            self.allocation_reader = AllocationReader(self.derived.pod_resources_socket,
+                                                      self.config.gpu_resource_names, ttl=self.kubelet.ttl)
         return LocalSource(self._open_reader)
 
     def _open_reader(self) -> "NodeReader":
@@ -117,27 +115,34 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         from gpu_monitoring.collectors.node_reader import NodeReader
         from gpu_monitoring.nvml.session import NvmlSession
 
-        library = self.simulated_node.nvml.library if self.simulated_node else self.options.nvml_library_path
         return NodeReader(
-            NvmlSession(library),
-            disabled=self.options.disabled_collectors,
-            proc_root=self.options.proc_root,
+            NvmlSession(self._library()),
+            disabled=self.derived.disabled_collectors,
+            proc_root=self.derived.proc_root,
             allocations=self.allocation_reader,
             # What the profile does not send is not read, where a read gives nothing else: health
             # and attribution judge only metrics of the smallest profile or reads that give them.
-            unused=frozenset(SPEC) - sent_in(self.options.metrics_profile),
-            unused_parts=frozenset(SPEC) - sent_in(self.options.metrics_profile, parts=True),
-            sysfs_root=self.options.sysfs_root,
+            profile=self.derived.profile,
+            sysfs_root=self.derived.sysfs_root,
             clock=self._node_clock,
         )
+
+    def _library(self) -> Any:
+        """What NVML is loaded from: a simulated node's library, the instance's file, else the dynamic linker's."""
+        from gpu_monitoring.nvml.library import LibraryPath
+
+        if self.simulated_node is not None:
+            return self.simulated_node.nvml.library
+        path = self.config.nvml_library_path
+        return LibraryPath(path, "nvml_library_path") if path else None
 
     def _save_cursor(self, value: str) -> None:
         self.write_persistent_cache(CURSOR, value)
 
     def _on_kubernetes(self) -> bool:
-        if self.options.kubernetes != "auto":
-            return self.options.kubernetes == "true"
-        return os.path.exists(self.options.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
+        if self.derived.kubernetes != "auto":
+            return self.derived.kubernetes == "true"
+        return os.path.exists(self.derived.pod_resources_socket) or "KUBERNETES_SERVICE_HOST" in os.environ
 
     def check(self, _instance) -> None:
         if self.source is None:
@@ -150,7 +155,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._report_versions(snapshot)
         pods = self._pods(snapshot.allocations)
         self._read_dcgm(snapshot, pods)
-        attribution = attribute(snapshot, pods, self.settings)
+        attribution = attribute(snapshot, pods, self.config.effective_threshold, self.price_of)
         self._held.booted(snapshot.node.boot_id)
         healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered) for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution, self._node(snapshot))
@@ -173,9 +178,9 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # --- NVML -------------------------------------------------------------------------
 
     def _read_node(self) -> Optional[Snapshot]:
-        if self.options.source == "sidecar" and self.options.ignore_missing_sidecar:
-            if not os.path.exists(self.options.sidecar_socket):
-                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.options.sidecar_socket)
+        if self.config.source == "sidecar" and self.config.ignore_missing_sidecar:
+            if not os.path.exists(self.config.sidecar_socket):
+                self.log.debug("no sidecar socket at %s on this node; nothing to do", self.config.sidecar_socket)
                 return None
         try:
             snapshot = self.source.read()
@@ -196,12 +201,12 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # Each service check remembers the reason it last logged, from the run that first sends it.
     @cached_property
     def _nvml_check(self) -> ReasonedServiceCheck:
-        return ReasonedServiceCheck(self, CAN_CONNECT, self.options.tags, "NVML answers, but: %s",
+        return ReasonedServiceCheck(self, CAN_CONNECT, self.tags, "NVML answers, but: %s",
                                     "NVML is available again", critical="Cannot read GPUs: %s")
 
     @cached_property
     def _sidecar_check(self) -> ReasonedServiceCheck:
-        return ReasonedServiceCheck(self, SIDECAR_CAN_CONNECT, self.options.tags, "Cannot read the sidecar: %s",
+        return ReasonedServiceCheck(self, SIDECAR_CAN_CONNECT, self.tags, "Cannot read the sidecar: %s",
                                     "The sidecar answers again")
 
     def _events_state(self) -> Tuple[Status, Optional[str]]:
@@ -212,7 +217,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         return Status.WARNING, f"its events cannot be read and wait in its journal: {problem}"
 
     def _sidecar_state(self, status: Status, reason: Optional[str]) -> None:
-        if self.options.source == "sidecar":
+        if self.config.source == "sidecar":
             self._sidecar_check.send(status, reason)
 
     def _report_versions(self, snapshot: Snapshot) -> None:
@@ -226,7 +231,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def _node_without_nvml(self) -> None:
         """In local mode, a run whose NVML cannot be read still judges the node from sysfs and the driver's
         record: a driver that brought up none of the GPUs on the bus is the node's fault to tell."""
-        if self.options.source != "local":
+        if self.config.source != "local":
             return
         node = Node()
         self._hardware.read_into(node)
@@ -236,7 +241,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     @cached_property
     def _hardware(self) -> HardwareReader:
-        return HardwareReader(self.options.sysfs_root, self.options.proc_root, self._node_clock)
+        return HardwareReader(self.derived.sysfs_root, self.derived.proc_root, self._node_clock)
 
     @property
     def _node_clock(self) -> Callable[[], float]:
@@ -251,7 +256,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     @cached_property
     def _kubelet_check(self) -> ReasonedServiceCheck:
-        return ReasonedServiceCheck(self, KUBELET_CAN_CONNECT, self.options.tags, "Kubernetes attribution degraded: %s",
+        return ReasonedServiceCheck(self, KUBELET_CAN_CONNECT, self.tags, "Kubernetes attribution degraded: %s",
                                     "kubelet and pod-resources answer again")
 
     def _pods(self, allocations: Allocations) -> Optional[List[PodInfo]]:
@@ -289,7 +294,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     @cached_property
     def _dcgm_check(self) -> ReasonedServiceCheck:
-        return ReasonedServiceCheck(self, DCGM_CAN_CONNECT, self.options.tags,
+        return ReasonedServiceCheck(self, DCGM_CAN_CONNECT, self.tags,
                                     "DCGM activity is not read from dcgm-exporter: %s", "dcgm-exporter answers again")
 
     def _read_dcgm(self, snapshot: Snapshot, pods: Optional[List[PodInfo]]) -> None:
@@ -314,7 +319,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     @cached_property
     def _held(self) -> HeldVerdicts:
         """Read at the first run, as the NVLink memory is."""
-        return HeldVerdicts.loads(self.read_persistent_cache(HELD_VERDICTS), self.options.fault_hold)
+        return HeldVerdicts.loads(self.read_persistent_cache(HELD_VERDICTS), self.config.fault_hold)
 
     def _save_held(self) -> None:
         text = self._held.dumps()
@@ -329,7 +334,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._held.judge_node(verdict.health, snapshot.timestamp)
         if nvml_read:
             self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
-        return NodeReport(verdict, self.options.expected_gpus, self._held.held_count, self._held.escalated_count)
+        return NodeReport(verdict, self.derived.expected_gpus, self._held.held_count, self._held.escalated_count)
 
     def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         """This run's verdict on the GPU, with what is held of earlier ones (held from the snapshot's time)."""
@@ -345,12 +350,12 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             device,
             self._previous.get(device.uuid),
             events,
-            xid_ignore=self.options.xid_ignore,
-            temperature_margin=self.options.temperature_margin,
+            xid_ignore=self.config.xid_ignore,
+            temperature_margin=self.config.temperature_margin,
             offered=offered,
             nvlink_seen_up=self._nvlink_up.seen_up(device.uuid),
             fabric_registered_before=self._fabric_registered.registered_before(device.uuid),
-            fabric_grace_over=time.monotonic() - self._started >= self.options.fabric_registration_grace,
+            fabric_grace_over=time.monotonic() - self._started >= self.config.fabric_registration_grace,
         )
 
 

@@ -6,7 +6,8 @@ file and `ModelConsumer` the pydantic models, as `ddev validate config -s` and
 `ddev validate models -s` do. Only where the files go differs: ddev expects
 `<check>/datadog_checks/<check>/{data,config_models}`; this repository has the example in
 `datadog_checks/gpu_monitoring/data/` (where `datadog-agent integration install` takes it from, and
-linked from the root as `conf.yaml.example`) and the models in `gpu_monitoring/config_models`.
+linked from the root as `conf.yaml.example`) and the models in `gpu_monitoring/config_models`. What
+the models know of the options is also written, without them, to `gpu_monitoring/config/spec_options.py`.
 
     python scripts/generate_config.py           # write the files that changed
     python scripts/generate_config.py --check   # write nothing; exit 1 listing stale files
@@ -23,7 +24,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from datadog_checks.dev.fs import chdir
 from datadog_checks.dev.tooling.configuration import ConfigSpec
@@ -38,8 +39,10 @@ CHECK = "gpu_monitoring"
 SCENARIOS = re.compile(r"^( *)\{scenarios\}", re.MULTILINE)
 SCENARIOS_WIDTH = 100
 SPEC = ROOT / "assets" / "configuration" / "spec.yaml"
+RELATIVE_IMPORT = re.compile(r"^from \.(\w*) import", re.MULTILINE)
 EXAMPLE_DIR = ROOT / "datadog_checks" / CHECK / "data"
 MODELS_DIR = ROOT / CHECK / "config_models"
+SPEC_OPTIONS = ROOT / CHECK / "config" / "spec_options.py"
 
 # The files ddev renders once and then leaves to be edited by hand (datadog_checks.dev.tooling.utils,
 # which this script does not import: it needs the rest of ddev's command line installed).
@@ -110,24 +113,76 @@ def model_files(data: dict) -> Dict[Path, str]:
             if not path.exists():
                 files[path] = contents
             continue
-        files[path] = DOCUMENTATION_HEADER + "\n" + contents
+        files[path] = DOCUMENTATION_HEADER + "\n" + _absolute(contents)
     if errors:
         raise SpecError("\n".join(errors))
     return files
 
 
-def known_options_file(data: dict) -> Dict[Path, str]:
-    """The names an instance may hold, for the validators: they cannot ask the model, which imports them."""
-    (instances,) = [section for section in data["files"][0]["options"] if section["name"] == "instances"]
-    names = "".join(f"    {option['name']!r},\n" for option in instances["options"])
-    contents = (f'"""Every option an instance may hold, as spec.yaml names them."""\n\n'
-                f"KNOWN_OPTIONS = frozenset({{\n{names}}})\n")
-    return {MODELS_DIR / "known_options.py": DOCUMENTATION_HEADER + "\n" + contents}
+def _absolute(contents: str) -> str:
+    """The models' imports of one another, absolute as every import in this package is (ddev writes them
+    relative to the models' package)."""
+    package = f"{CHECK}.{MODELS_DIR.name}"
+    return RELATIVE_IMPORT.sub(lambda match: f"from {package}{'.' + match[1] if match[1] else ''} import", contents)
+
+
+def spec_options_file(data: dict, models: Dict[Path, str]) -> Dict[Path, str]:
+    """What spec.yaml says of the options, for code that cannot import the models: the validators (the
+    models import them) and the sidecar's command line (which runs without pydantic). The option names
+    of init_config and of an instance; the words of each option that has an `enum`, which the models'
+    `Literal`s are made of too; and the instance defaults, as the models' defaults.py returns them."""
+    instances, shared = _section(data, "instances"), _section(data, "init_config")
+    choices = "".join(_choice_lines(option["name"], _words(option["value"])) for option in instances
+                      if _words(option["value"]))
+    defaults = "".join(f"    {name!r}: {value!r},\n" for name, value in _defaults(models[MODELS_DIR / "defaults.py"]))
+    contents = (
+        '"""What spec.yaml says of the options: their names in init_config and in an instance, the words of\n'
+        'those it lists, and the instance defaults."""\n\n'
+        f"KNOWN_OPTIONS = frozenset({{\n{_name_lines(instances)}}})\n\n"
+        f"KNOWN_SHARED_OPTIONS = frozenset({{\n{_name_lines(shared)}}})\n\n"
+        f"CHOICES = {{\n{choices}}}\n\n"
+        f"DEFAULTS = {{\n{defaults}}}\n"
+    )
+    return {SPEC_OPTIONS: DOCUMENTATION_HEADER + "\n" + contents}
+
+
+def _section(data: dict, name: str) -> List[dict]:
+    (section,) = [section for section in data["files"][0]["options"] if section["name"] == name]
+    return section["options"]
+
+
+def _name_lines(options: List[dict]) -> str:
+    return "".join(f"    {option['name']!r},\n" for option in options)
+
+
+def _words(value: dict) -> List[str]:
+    """The words an option's value, each item of its list, or one of its alternatives (`anyOf`) may be."""
+    words = [*value.get("enum", ()), *value.get("items", {}).get("enum", ())]
+    for alternative in value.get("anyOf", ()):
+        words += _words(alternative)
+    return words
+
+
+def _choice_lines(name: str, words: List[str]) -> str:
+    listed = "".join(f"        {word!r},\n" for word in words)
+    return f"    {name!r}: (\n{listed}    ),\n"
+
+
+def _defaults(defaults_module: str) -> List[Tuple[str, Any]]:
+    """(option, default) of each `instance_<option>()` of the models' defaults.py, which returns a literal."""
+    return [
+        (function.name.removeprefix("instance_"), ast.literal_eval(function.body[0].value))
+        for function in ast.parse(defaults_module).body
+        if isinstance(function, ast.FunctionDef) and function.name.startswith("instance_")
+    ]
 
 
 def generated_files() -> Dict[Path, str]:
     data = load_spec()
-    return {**example_files(data), **model_files(data), **known_options_file(data)}
+    # The example first: rendering the models changes the spec's data in place (its examples among them).
+    example = example_files(data)
+    models = model_files(data)
+    return {**example, **models, **spec_options_file(data, models)}
 
 
 def _matches(path: Path, expected: str) -> bool:

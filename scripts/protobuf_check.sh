@@ -15,7 +15,7 @@ if [ ! -x "$venv/bin/python" ]; then
     "${PYTHON:-python3}" -m venv "$venv"
 fi
 if [ ! -e "$stamp" ] || [ setup.py -nt "$stamp" ]; then
-    "$venv/bin/python" -m pip install -q -e ".[deps]" pytest
+    "$venv/bin/python" -m pip install -q -e ".[check,deps]" pytest
     touch "$stamp"
 fi
 # Installing the project brings the protobuf datadog-checks-base[deps] pins; this replaces it.

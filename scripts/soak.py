@@ -14,8 +14,9 @@ errors, thermal slowdown, NVLink and PCIe faults, and a driver reload every 1,00
   crash mid-write would. XIDs raised while no sidecar runs are never seen, as on a real node, so
   the promise checked is the journal's: every event it holds is counted exactly once.
 
-Both print escaped exceptions (must be 0), XIDs expected and counted, and the process's RSS
-after warm-up and at the end, with the tracemalloc top allocations growth.
+Both print escaped exceptions (must be 0), XIDs expected and counted, and this process's RSS after
+warm-up and at the end (the check's; in local mode the simulated node's too, while the sidecar is a
+process of its own), with the tracemalloc top allocations growth.
 """
 
 import argparse
@@ -121,7 +122,7 @@ class Soak:
         tracemalloc.stop()
         ok = not self.escaped and self.xids == expected == self.events
         print(f"{title}: escaped exceptions {len(self.escaped)}; XIDs expected {expected}, counted {self.xids}, "
-              f"events {self.events}; RSS {self.rss['warm']:.1f} MiB after {WARM_UP} runs, "
+              f"events {self.events}; this process's RSS {self.rss['warm']:.1f} MiB after {WARM_UP} runs, "
               f"{self.rss['end']:.1f} MiB at the end -> {'ok' if ok else 'FAILED'}")
         for line in self.escaped[:5]:
             print(f"  escaped: {line}")

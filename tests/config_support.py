@@ -4,8 +4,8 @@ from typing import Any, Dict
 
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.config.settings import CheckSettings, derive
-from gpu_monitoring.config_models import InstanceConfig
+from gpu_monitoring.config.derived import Derived, derive
+from gpu_monitoring.config_models import InstanceConfig, SharedConfig
 
 MODELS = "gpu_monitoring.config_models"
 
@@ -16,5 +16,11 @@ def validated(instance: Dict[str, Any]) -> InstanceConfig:
     return AgentCheck.load_configuration_model(MODELS, "InstanceConfig", dict(instance), context)
 
 
-def parse(instance: Dict[str, Any]) -> CheckSettings:
+def validated_shared(init_config: Dict[str, Any]) -> SharedConfig:
+    """init_config's model, validated as the check validates it."""
+    context = {"configured_fields": frozenset(init_config)}
+    return AgentCheck.load_configuration_model(MODELS, "SharedConfig", dict(init_config), context)
+
+
+def derived(instance: Dict[str, Any]) -> Derived:
     return derive(validated(instance))

@@ -139,6 +139,26 @@ def fresh_persistent_cache():
     yield
 
 
+def pytest_terminal_summary(terminalreporter):
+    """A fresh clone has no official Datadog chart beside it: say so in one line, not a row of `s`."""
+    reasons = [report.longrepr[2] for report in terminalreporter.stats.get("skipped", [])
+               if isinstance(report.longrepr, tuple)]
+    if not any("official Datadog chart" in reason for reason in reasons):
+        return  # and the chart's support, which loads Helm's engine, is not imported
+    from .official_chart_support import skipped_for_want_of_the_chart
+
+    line = skipped_for_want_of_the_chart(reasons)
+    if line:
+        terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+@pytest.fixture(autouse=True)
+def unwrapped_cli_text(monkeypatch):
+    """The CLI fits its text lines to the terminal, COLUMNS first: what a test reads of them is one line
+    each, whatever terminal the suite runs in. A test of the fitting sets its own width."""
+    monkeypatch.setenv("COLUMNS", "10000")
+
+
 @pytest.fixture
 def aggregator():
     _aggregator.reset()

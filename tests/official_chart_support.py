@@ -6,15 +6,18 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import yaml
 
 from .deploy_support import (
+    DATADOG_CHART,
     DATADOG_CHART_DETERMINISTIC,
     DATADOG_VALUES,
     DATADOG_VALUES_LOCAL,
+    ROOT,
     agent_daemonset,
+    helm,
     merge_values,
     render_datadog,
     render_datadog_raw,
@@ -141,3 +144,15 @@ def builtin_gpu_check_enabled(env: Dict[str, Any]) -> bool:
     return not any(re.search(f, "nvml") for f in filters)
 
 
+def skipped_for_want_of_the_chart(skip_reasons: Iterable[str]) -> Optional[str]:
+    """One line for the end of pytest's summary when tests skipped for want of the official chart: how
+    many, why, and where to put it. None when none did."""
+    count = sum(str(DATADOG_CHART) in reason for reason in skip_reasons)
+    if not count:
+        return None
+    where = DATADOG_CHART.relative_to(ROOT.parent)
+    missing = ("helm-python-sdk is not installed (Python 3.10+, the dev extra)" if helm is None else
+               f"the official Datadog chart is not at ../{where} (beside this clone)")
+    tests = f"{count} test{'s' if count > 1 else ''}"
+    return (f"{tests} of the official Datadog chart SKIPPED: {missing}. Put DataDog/helm-charts' charts/datadog, "
+            f"at the version README.md's helm commands pin, at {DATADOG_CHART}: README.md, 'Kubernetes', says how.")

@@ -16,14 +16,15 @@ STARTUP_SECONDS = 30
 
 
 class SidecarProcess:
-    """`gpu-monitoring sidecar --simulate ...` in a child process, on a socket and journal in tmp_path."""
+    """`gpu-monitoring sidecar --simulate ...` in a child process, on a socket and journal in tmp_path,
+    run by `python` (this one unless told)."""
 
-    def __init__(self, directory: Path, scenario: Optional[str], *extra: str):
+    def __init__(self, directory: Path, scenario: Optional[str], *extra: str, python: str = sys.executable):
         self.socket = str(directory / "run" / "sidecar.sock")
         self.journal = str(directory / "journal")
         self.log = directory / "sidecar.log"
         simulate = ["--simulate", scenario] if scenario else []
-        self.args = [sys.executable, "-m", "gpu_monitoring.cli", "sidecar", *simulate,
+        self.args = [python, "-m", "gpu_monitoring.cli", "sidecar", *simulate,
                      "--socket", self.socket, "--journal", self.journal, *extra]
         self.process = None
 

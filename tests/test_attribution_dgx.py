@@ -164,7 +164,7 @@ def test_process_metrics_carry_pid_name_and_pod(dgx):
 def test_process_name_is_read_from_the_proc_root(node):
     dgx = node("dgx-h100")
     # NVML names no process: the name is the one its `stat` gives when the check first sees it.
-    stat = Path(dgx.check.options.proc_root) / "52310" / "stat"
+    stat = Path(dgx.check.derived.proc_root) / "52310" / "stat"
     stat.write_text(stat.read_text().replace("(vllm-engine)", "(vllm-renamed)"))
     dgx.run()
     stub = processes(dgx, "process.memory.used")[52310]

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from gpu_monitoring.attribution import Settings, attribute
+from gpu_monitoring.attribution import attribute
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.kube.dra_names import DraDeviceRef, parse_dra_name
 from gpu_monitoring.kube.pod_list import ContainerInfo, PodInfo
@@ -68,11 +68,11 @@ class DraNode:
         self.add_pod(*MONITOR, controller_kind=controller_kind)
         return [claim(*MONITOR, "main", self.gpu(i), name="dcgm-exporter-admin") for i in self.devices]
 
-    def attribute(self, allocations, **settings):
+    def attribute(self, allocations, default_hourly_price=None):
         snapshot = dataclasses.replace(
             self.snapshot, allocations=Allocations(source="pod_resources", items=allocations, advertised=[])
         )
-        return attribute(snapshot, list(self.pods.values()), Settings(**settings))
+        return attribute(snapshot, list(self.pods.values()), 50.0, lambda _model: default_hourly_price)
 
     def submit(self, aggregator, attribution):
         """The workload series the check submits for an attribution."""

@@ -107,7 +107,7 @@ def test_a_gpu_one_job_holds_carries_its_tags_and_a_free_one_none(hpc, aggregato
 def test_unreadable_environment_leaves_four_tags_out(node):
     hpc = node("hpc-slurm")
     # A directory where the file should be: open() fails as it does for an Agent without CAP_SYS_PTRACE.
-    environ = Path(hpc.check.options.proc_root) / str(HELD[(IDLE_GPU, IDLE_JOB)]) / "environ"
+    environ = Path(hpc.check.derived.proc_root) / str(HELD[(IDLE_GPU, IDLE_JOB)]) / "environ"
     os.remove(environ)
     os.mkdir(environ)
     hpc.run(2)

@@ -3,12 +3,13 @@ What a run reads from (NVML, the kubelet, pod-resources, the sidecar, a simulate
 the first run, and a simulated node is stopped by cancel()."""
 
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -60,10 +61,14 @@ def _settles(holds, seconds: float = 2.0) -> bool:
 
 
 @pytest.fixture
-def temp_dir(tmp_path, monkeypatch) -> Path:
-    """Where tempfile makes directories for this test: what the check leaves there shows."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
+def temp_dir(monkeypatch) -> Iterator[Path]:
+    """Where tempfile makes directories for this test: what the check leaves there shows. A short
+    path of its own, not pytest's tmp_path (deeper under parallel workers): the simulated node's
+    pod-resources socket must fit a unix socket's 107 bytes."""
+    directory = tempfile.mkdtemp(prefix="gm-")
+    monkeypatch.setattr(tempfile, "tempdir", directory)
+    yield Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_the_recorder_records():
@@ -111,9 +116,9 @@ def test_a_simulated_node_starts_on_the_first_run_and_stops_on_cancel(aggregator
     assert check.run() == ""
     # The options point at what the node stands in for; the instance's own price still wins.
     assert check.kubelet.url == f"{node.kubelet.url}/pods"
-    assert check.options.pod_resources_socket == node.pod_resources.socket_path
-    assert Path(check.options.proc_root).parent.parent == temp_dir
-    assert check.options.hourly_price == {"*": 1.5}
+    assert check.derived.pod_resources_socket == node.pod_resources.socket_path
+    assert Path(check.derived.proc_root).parent.parent == temp_dir
+    assert check.derived.hourly_price == {"*": 1.5}
     assert {tag for stub in aggregator.metrics("gpu_monitoring.utilization.gpu") for tag in stub.tags
             if tag.startswith("pod_name:")}, "the simulated kubelet and pod-resources named the pods"
     check.cancel()

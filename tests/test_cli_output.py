@@ -115,7 +115,7 @@ def test_faults_alone_show_their_faults(capsys):
     first = min(fault["at"] for fault in scenario("faults")["faults"])
     assert first > 15, "the default two runs would not reach the faults"
     out = check(capsys, "--simulate", "faults", code=CRITICAL_FOUND)
-    problems = out.split("=== Service checks not OK")[1].split("=== Events")[0]
+    problems = out.split("=== Service checks not OK")[1].split("\n\n")[0]
     rows = [row.split() for row in problems.splitlines()[1:] if row.strip()]
     assert {(row[0], row[1], row[3]) for row in rows} >= {("device.health", "CRITICAL", "2")}
     assert any("XID 79" in " ".join(row) for row in rows)

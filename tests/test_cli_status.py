@@ -1,8 +1,10 @@
 """`gpu-monitoring status` verifies an install: it prints the summary and every service check that is
 not OK, and exits 1 when NVML, the sidecar or the kubelet cannot be connected to (a `*.can_connect`
-service check CRITICAL), 0 otherwise, 2 for a usage or configuration error."""
+service check CRITICAL), 3 when they can and a GPU or the node is CRITICAL (0 with --connect-only),
+0 otherwise, 2 for a usage or configuration error. `check` exits 3 on any CRITICAL service check."""
 
 import ctypes.util
+import re
 
 import pytest
 import yaml
@@ -12,6 +14,7 @@ from gpu_monitoring.cli.main import main
 from .sidecar_support import SidecarProcess
 
 NOT_WORKING = 1
+CRITICAL_FOUND = 3
 
 
 def status(capsys, *args):
@@ -30,11 +33,45 @@ def test_a_simulated_node_works(capsys):
     assert verdict(out) == "Status: OK"
 
 
-def test_warnings_print_and_exit_0(capsys):
+def test_a_gpu_that_is_critical_fails_the_status(capsys):
+    # At t=30 GPU 2 is off the bus and GPU 3 has had double-bit ECC errors: NVML itself answers.
     code, out = status(capsys, "--simulate", "faults")
+    assert code == CRITICAL_FOUND
+    assert "device.health          CRITICAL  GPU 2" in out and "device.health          CRITICAL  GPU 3" in out
+    assert verdict(out) == "Status: CRITICAL: the install works, and these are CRITICAL: GPU 2, GPU 3 (see above)"
+
+
+def test_the_node_that_is_critical_fails_the_status(capsys):
+    code, out = status(capsys, "--simulate", "gpu-missing")
+    assert code == CRITICAL_FOUND
+    assert "node.health            CRITICAL  node" in out
+    assert verdict(out).endswith("these are CRITICAL: node (see above)")
+
+
+def test_connect_only_judges_only_whether_the_install_reads(capsys):
+    code, out = status(capsys, "--simulate", "faults", "--connect-only")
     assert code == 0
-    assert "device.health          CRITICAL  GPU 2" in out and "WARNING" in out
-    assert verdict(out).startswith("Status: OK (")
+    assert "device.health          CRITICAL  GPU 2" in out
+    assert verdict(out) == "Status: OK (5 service checks not OK: see above)"
+
+
+def test_warnings_print_and_exit_0(capsys):
+    # After the driver reload at t=110 only warnings are left: a remap pending, a slow port, a held flap.
+    code, out = status(capsys, "--simulate", "faults", "--whole-timeline")
+    assert code == 0
+    problems = out.split("=== Service checks not OK")[1].split("\n\n")[0]
+    assert "WARNING" in problems and "CRITICAL" not in problems
+    assert verdict(out) == "Status: OK (2 service checks not OK: see above)"
+
+
+@pytest.mark.parametrize("command", ["check", "status"])
+def test_help_gives_every_exit_status(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    epilog = " ".join(capsys.readouterr().out.split("exit status:")[1].split())
+    for code in (0, 1, 2, 3, 141):
+        assert re.search(rf"(^|; ){code} (when|for) ", epilog), (code, epilog)
+    assert ("--connect-only" in epilog) == (command == "status")
 
 
 def test_a_library_that_is_not_there(capsys, tmp_path):
@@ -46,6 +83,9 @@ def test_a_library_that_is_not_there(capsys, tmp_path):
     assert "nvml.can_connect       CRITICAL  node" in out
     assert verdict(out).startswith("Status: NOT WORKING: gpu_monitoring.nvml.can_connect is CRITICAL: ")
     assert str(missing) in verdict(out)
+    # `check` says so too: nvml.can_connect CRITICAL is a CRITICAL service check of its last run.
+    assert main(["check", "--config", str(config)]) == CRITICAL_FOUND
+    assert "nvml.can_connect       CRITICAL  node" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA driver")

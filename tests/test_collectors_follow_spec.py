@@ -9,7 +9,9 @@ from gpu_monitoring import simulator
 from gpu_monitoring.collectors.base import Collector
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import fact, gauge, monotonic_count, store
+from gpu_monitoring.metrics.profile import Profile
 from gpu_monitoring.metrics.spec import SPEC
+from gpu_monitoring.nvml import field
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.snapshot import Device, Snapshot
@@ -27,6 +29,10 @@ def test_a_misspelt_metric_fails_where_it_is_declared():
         monotonic_count("temperature")
     with pytest.raises(ValueError, match="'nvlink_up' is not a field"):
         fact("nvlink_up")
+    # The reading a collector asks NVML's field batch for, too.
+    with pytest.raises(ValueError, match="'memory_temprature' is no reading of nvml.readings"):
+        field("memory_temprature")
+    assert field("nvlink_state", 3) == ("nvlink_state", 3)
 
 
 def test_readings_are_stored_by_kind_and_part():
@@ -116,3 +122,16 @@ def test_the_node_run_tells_collectors_a_run_begins_before_any_device():
         reader.close()
     one_run = ["begin"] + [f"GPU {index}" for index in range(len(sim.scenario.devices))]
     assert recorder.heard == one_run * 2
+
+
+def test_the_node_reader_hands_every_collector_its_profile_when_it_builds_it():
+    sim = simulator.SimulatedNvml(simulator.load("a100-mig"), simulator.SimClock(speed=0))
+    essential = Profile("essential")
+    reader = NodeReader(NvmlSession(sim.library), proc_root=None, watch_events=False, profile=essential)
+    try:
+        mig = next(collector for collector in reader.collectors if collector.name == "mig")
+        assert {collector.profile for collector in [*reader.collectors, *mig.instance_collectors]} == {essential}
+        # Collectors MIG instances are read by are the GPUs' own, not copies.
+        assert all(collector in reader.collectors for collector in mig.instance_collectors)
+    finally:
+        reader.close()

@@ -1,7 +1,8 @@
 """assets/configuration/spec.yaml: the files generated from it are current, it names every option
 the check reads, and what it documents (defaults, examples, deploy values) the check accepts."""
 
-import dataclasses
+import ast
+import typing
 from pathlib import Path
 from types import MappingProxyType
 
@@ -9,13 +10,15 @@ import pytest
 import yaml
 from datadog_checks.dev.tooling.configuration import ConfigSpec
 
+from gpu_monitoring import check as check_module
 from gpu_monitoring.collectors import COLLECTOR_NAMES
-from gpu_monitoring.config.settings import CheckSettings, derive
-from gpu_monitoring.config_models import InstanceConfig, SharedConfig, validators
+from gpu_monitoring.config import spec_options as generated
+from gpu_monitoring.config.derived import derive
+from gpu_monitoring.config_models import InstanceConfig, SharedConfig, defaults
 from gpu_monitoring.metrics.spec import DEFAULT_PROFILE, PROFILES
 from gpu_monitoring.simulator.scenario import available
 
-from .config_support import parse
+from .config_support import derived, validated_shared
 from .scripts_support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,20 +41,26 @@ class Recorder:
 
 
 def options_read_by_the_check():
-    """What `derive` (and through it `kubelet_settings`) reads of a validated instance."""
+    """What `derive` reads of a validated instance, and what the check reads of it itself (`self.config.<option>`)."""
     instance = Recorder(model({}))
     derive(instance)
-    return instance.read
+    tree = ast.parse(Path(check_module.__file__).read_text())
+    read_by_the_check = {
+        node.attr for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "config"
+        and isinstance(node.value.value, ast.Name) and node.value.value.id == "self"
+    }
+    return instance.read | read_by_the_check
 
 
-def instance_options(spec_text, source="gpu_monitoring"):
-    """The instance options of a spec, templates expanded, as the tooling resolves them."""
+def instance_options(spec_text, source="gpu_monitoring", section="instances"):
+    """The instance options (or init_config's) of a spec, templates expanded, as the tooling resolves them."""
     spec = ConfigSpec(spec_text, source=source, version="0.0.1")
     spec.load()
     assert not spec.errors, spec.errors
     (file,) = spec.data["files"]
-    (instances,) = [section for section in file["options"] if section["name"] == "instances"]
-    return {option["name"]: option for option in instances["options"]}
+    (options,) = [options for options in file["options"] if options["name"] == section]
+    return {option["name"]: option for option in options["options"]}
 
 
 def standard_option_names():
@@ -77,6 +86,13 @@ def agent_option_names():
 
 def model(instance):
     return InstanceConfig.model_validate(instance, context={"configured_fields": frozenset(instance)})
+
+
+def literal_words(annotation):
+    """The words of every Literal in a model field's type, however deep (Optional, Union, tuple items)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    return [word for argument in typing.get_args(annotation) for word in literal_words(argument)]
 
 
 def plain(value):
@@ -110,8 +126,9 @@ def test_generated_files_are_current():
 def test_check_mode_reports_missing_and_edited_files_and_keeps_custom_ones(tmp_path, monkeypatch):
     monkeypatch.setattr(generator, "EXAMPLE_DIR", tmp_path)
     monkeypatch.setattr(generator, "MODELS_DIR", tmp_path / "config_models")
+    monkeypatch.setattr(generator, "SPEC_OPTIONS", tmp_path / "config" / "spec_options.py")
     expected = {"conf.yaml.example", "__init__.py", "instance.py", "shared.py", "defaults.py", "validators.py",
-                "known_options.py"}
+                "spec_options.py"}
     assert {path.name for path in generator.stale_files()} == expected
 
     generator.write()
@@ -140,10 +157,14 @@ def test_check_mode_reports_missing_and_edited_files_and_keeps_custom_ones(tmp_p
 # --- the spec and the check agree -------------------------------------------------------
 
 
+def test_the_models_imports_are_absolute():
+    for path in generator.MODELS_DIR.glob("*.py"):
+        assert "from ." not in path.read_text(), path
+
+
 def test_spec_names_every_option_the_check_reads_and_no_other():
     read = options_read_by_the_check()
-    # The recorder sees the options behind every parsed setting; `kubelet` is built from kubelet_*.
-    assert {f.name for f in dataclasses.fields(CheckSettings)} - read == {"kubelet"}
+    assert {"kubelet_url", "collect_processes", "metrics_profile", "xid_ignore", "source"} <= read
 
     documented = set(spec_options())
     standard = standard_option_names()
@@ -153,18 +174,32 @@ def test_spec_names_every_option_the_check_reads_and_no_other():
     )
     assert set(InstanceConfig.model_fields) == documented
     # The options refused as unknown are exactly the ones the spec does not name.
-    assert validators.KNOWN_OPTIONS == documented
+    assert generated.KNOWN_OPTIONS == documented
+    shared = set(instance_options(generator.SPEC.read_text(), section="init_config"))
+    assert generated.KNOWN_SHARED_OPTIONS == shared == set(SharedConfig.model_fields)
 
 
 def test_spec_choices_are_the_checks_choices():
     options = spec_options()
-    assert options["source"]["value"]["enum"] == list(validators.SOURCES)
     assert options["disabled_collectors"]["value"]["items"]["enum"] == list(COLLECTOR_NAMES)
     assert options["metrics_profile"]["value"]["enum"] == list(PROFILES)
     assert options["metrics_profile"]["value"]["display_default"] == DEFAULT_PROFILE
     for mode in ("auto", "true", "false", True, False):
         assert model({"kubernetes": mode}).kubernetes == mode
-        parse({"kubernetes": mode})
+
+
+def test_the_validators_words_are_the_models_literals():
+    # Both are written from spec.yaml's `enum`s by `make config`.
+    with_words = {name: literal_words(field.annotation) for name, field in InstanceConfig.model_fields.items()}
+    assert generated.CHOICES == {name: tuple(words) for name, words in with_words.items() if words}
+    assert generated.CHOICES["source"] == ("local", "sidecar")
+
+
+def test_the_defaults_without_the_models_are_the_models_defaults():
+    assert generated.DEFAULTS == {
+        name[len("instance_"):]: function() for name, function in vars(defaults).items()
+        if name.startswith("instance_")
+    }
 
 
 def test_every_option_has_a_description_and_an_example():
@@ -176,21 +211,21 @@ def test_every_option_has_a_description_and_an_example():
 def test_spec_defaults_are_the_checks_defaults():
     # Giving the check the spec's defaults explicitly changes nothing; options the spec leaves
     # without a default (the Agent's kubelet settings, /host/proc if present, ...) are the check's to choose.
-    defaults = model({})
+    empty = model({})
     explicit = {
-        name: plain(getattr(defaults, name))
+        name: plain(getattr(empty, name))
         for name in options_read_by_the_check()
-        if getattr(defaults, name) is not None
+        if getattr(empty, name) is not None
     }
-    assert parse(explicit) == parse({})
+    assert model(explicit) == empty
+    assert derived(explicit) == derived({})
 
 
 def test_every_example_in_the_spec_is_accepted():
     examples = {name: option["value"]["example"] for name, option in spec_options().items()}
-    model(examples)
-    parsed = parse(examples)
-    assert parsed.simulate == examples["simulate"]
-    assert parsed.hourly_price == examples["hourly_price"]
+    accepted = model(examples)
+    assert accepted.simulate == examples["simulate"]
+    assert derived(examples).hourly_price == examples["hourly_price"]
 
 
 # --- what the generated files say, and what deployments give ---------------------------
@@ -213,23 +248,20 @@ def test_the_agents_own_options_are_not_in_the_example():
 def test_example_file_is_yaml_the_check_accepts():
     example = yaml.safe_load((generator.EXAMPLE_DIR / "conf.yaml.example").read_text())
     # `init_config:` with every option commented out is null: no shared option set.
-    init_config = example["init_config"] or {}
-    SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
+    validated_shared(example["init_config"] or {})
     (instance,) = example["instances"]
-    assert parse(instance).collect_processes is True
     assert model(instance).collect_processes is True
+    assert derived(instance).disabled_collectors == []
 
 
 @pytest.mark.parametrize("init_config, instance", list(helm_instances()))
 def test_models_accept_the_helm_values_instances(init_config, instance):
     assert HELM_VALUES
-    shared = SharedConfig.model_validate(init_config, context={"configured_fields": frozenset(init_config)})
-    assert shared.service is None
+    assert validated_shared(init_config or {}).service is None
     validated = model(instance)
-    parsed = parse(instance)
+    derived(instance)
     for name in instance:
-        if name in {f.name for f in dataclasses.fields(CheckSettings)}:
-            assert plain(getattr(validated, name)) in (getattr(parsed, name), instance[name]), name
+        assert plain(getattr(validated, name)) == instance[name], name
 
 
 def test_models_fill_in_defaults_and_types():

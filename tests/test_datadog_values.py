@@ -12,7 +12,7 @@ import yaml
 from gpu_monitoring.config_models import defaults
 from gpu_monitoring.sidecar import protocol
 
-from .config_support import parse
+from .config_support import derived, validated
 from .deploy_support import (
     DATADOG_VALUES,
     DATADOG_VALUES_LOCAL,
@@ -138,12 +138,14 @@ def test_datadog_values_fragments_are_valid_pod_fields(path, version):
 def test_the_check_reads_every_option_as_written(path):
     """The check's own parser takes each option (a misspelt one would come back as its default)."""
     _, instance = check_instance(yaml.safe_load(path.read_text()))
-    parsed = parse(instance)
+    parsed, kubernetes = validated(instance), derived(instance).kubernetes
     for name, value in instance.items():
         if name == "min_collection_interval":  # the Agent's, not the check's
             continue
-        expected = {True: "true", False: "false"}.get(value, value) if name == "kubernetes" else value
-        assert getattr(parsed, name) == expected, name
+        if name == "kubernetes":
+            assert kubernetes == {True: "true", False: "false"}.get(value, value)
+        else:
+            assert getattr(parsed, name) == value, name
 
 
 def test_paths_are_the_products_defaults():

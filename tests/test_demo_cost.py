@@ -5,6 +5,7 @@ for their GPU models, the check uses them unless the instance sets its own, and
 Expected amounts are computed here from the scenario files, not taken from the check.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_the_demo_prints_cost_per_gpu_and_for_the_node(capsys):
     assert set(rows) == {str(i) for i in range(len(prices))}
     for index, price in enumerate(prices):
         idle_cost = price if index in idle else 0
-        assert rows[str(index)].split()[-2:] == [money(price), money(idle_cost)], rows[str(index)]
+        assert re.findall(r"\$[\d,.]+/h", rows[str(index)]) == [money(price), money(idle_cost)], rows[str(index)]
     total, idle_total = sum(prices), sum(prices[i] for i in idle)
     assert f"cost {money(total)}, idle {money(idle_total)}" in out
 

@@ -147,9 +147,9 @@ def test_sidecar_dockerfile():
     assert any(k == "COPY" and rest.startswith("--from=builder ") for k, rest in runtime)
     run = " ".join(rest for keyword, rest in runtime if keyword == "RUN")
     assert "python -m venv /opt/gpu-monitoring" in run
-    # The sidecar owns NVML and reads pod-resources: the `deps` extra, not just the package.
-    assert '/opt/gpu-monitoring/bin/pip install --no-cache-dir "$1[deps]"' in run
-    assert 'python -c "import pynvml, grpc"' in run
+    # The sidecar owns NVML and reads pod-resources: the `sidecar` extra, and no Agent base.
+    assert '/opt/gpu-monitoring/bin/pip install --no-cache-dir "$1[sidecar]"' in run
+    assert "import pynvml, grpc, importlib.util as u; assert u.find_spec('datadog_checks.base') is None" in run
     assert "useradd" in run and "--uid 10001" in run
     assert any(k == "ENV" and "/opt/gpu-monitoring/bin" in rest for k, rest in runtime)
     assert any(k == "LABEL" and "org.opencontainers.image.title" in rest for k, rest in runtime)

@@ -4,8 +4,9 @@ sidecar's memory from its measured RSS, assets and service checks from assets/."
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, List
 
 import pytest
 import yaml
@@ -25,6 +26,13 @@ DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "Makefile", CHART / "README.md", C
         CHART / "templates" / "NOTES.txt", ROOT / "deploy" / "helm" / "datadog-values.yaml",
         ROOT / "deploy" / "helm" / "datadog-values-local.yaml", ROOT / "deploy" / "systemd" / "README.md",
         ROOT / "docs" / "RELIABILITY.md"]
+
+
+# Where prose quotes what `make bench` measured. docs/PERFORMANCE.md is written whole by the run that
+# writes docs/performance.json: its tables are checked against the JSON below.
+QUOTING = [README, ROOT / "CHANGELOG.md", ROOT / "docs" / "RELIABILITY.md",
+           *sorted((ROOT / "deploy" / "helm").glob("**/values*.yaml")),
+           *sorted((ROOT / "deploy" / "helm").glob("datadog-values*.yaml"))]
 
 
 def readme() -> str:
@@ -142,3 +150,100 @@ def test_troubleshooting_covers_every_service_check():
     text = section(readme(), "Troubleshooting")
     for check in json.loads((ROOT / "assets" / "service_checks.json").read_text()):
         assert f"`{check['check']}`" in text
+
+
+# --- figures of measured quantities, wherever prose quotes them ------------------------------------
+
+
+def targets(prefix: str) -> Callable[[dict], List[float]]:
+    return lambda data: [t["figure"] for t in data["targets"] if t["name"].startswith(prefix)]
+
+
+def headline_figures(*names: str) -> Callable[[dict], List[float]]:
+    return lambda data: [data["headline"][name] for name in names]
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A quantity `make bench` measures, as prose names it: a block of prose (a paragraph, a list item,
+    a table row, a comment block) that matches `named`, and not `unless`, quotes it in `unit`; every
+    figure it quotes so must be one docs/performance.json holds for the quantity."""
+
+    named: str
+    unit: str
+    figures: Callable[[dict], List[float]]
+    unless: str = r"(?!)"
+
+
+QUANTITIES = {
+    "a DCGM read's CPU": Quantity(
+        r"\bDCGM\b|dcgm-exporter", "ms",
+        lambda data: targets("CPU a DCGM read")(data) + headline_figures("dcgm_parse_join_ms")(data)),
+    "a kubelet refresh's CPU": Quantity(r"kubelet refresh", "ms", targets("CPU per kubelet refresh")),
+    # The soak's RSS is the soak's own process, another measurement (docs/RELIABILITY.md says whose).
+    "RSS": Quantity(r"\bRSS\b", "MiB", headline_figures(
+        "local_mode_check_rss_mib", "sidecar_mode_check_rss_mib", "sidecar_rss_mib"), unless=r"\bsoak"),
+    "the runs RSS is measured after": Quantity(r"\bRSS\b", "runs|snapshots", headline_figures("memory_runs"),
+                                               unless=r"\bsoak"),
+}
+
+
+def current(doc: Path, text: str) -> str:
+    """What of a document speaks for today: the README outside its bench block (rendered from the JSON
+    whole), the CHANGELOG's unreleased section (released entries keep the figures of their release)."""
+    if doc == README:
+        return outside_bench_block(text)
+    if doc.name == "CHANGELOG.md":
+        return re.split(r"^## \d", text, maxsplit=1, flags=re.M)[0]
+    return text
+
+
+def prose_blocks(doc: Path) -> Iterator[str]:
+    """A YAML file's comment blocks; a Markdown file's paragraphs, list items and table rows; each on one line."""
+    text = current(doc, doc.read_text())
+    if doc.suffix == ".yaml":
+        found = [m.group(0).replace("#", " ") for m in re.finditer(r"(?:^[ \t]*#.*\n?)+", text, re.M)]
+    else:
+        found = [item for paragraph in re.split(r"\n\s*\n", text)
+                 for item in re.split(r"\n(?=\s*(?:[*-] |\|))", paragraph)]
+    for block in found:
+        yield " ".join(block.split())
+
+
+def quoted_figures() -> Iterator[tuple]:
+    for doc in QUOTING:
+        for block in prose_blocks(doc):
+            for name, quantity in QUANTITIES.items():
+                if re.search(quantity.named, block) and not re.search(quantity.unless, block):
+                    for figure in re.findall(rf"(\d[\d,]*(?:\.\d+)?) ?(?:{quantity.unit})\b", block):
+                        yield doc.relative_to(ROOT), name, figure, block
+
+
+def test_every_figure_of_a_measured_quantity_is_the_last_benchs():
+    data = bench_figures()
+    found = list(quoted_figures())
+    # Each rule still finds what it is there for: prose that drifts from its wording is seen.
+    assert {name for _, name, _, _ in found} == set(QUANTITIES), found
+    for doc, name, figure, block in found:
+        expected = {headline.fmt(value) for value in QUANTITIES[name].figures(data)}
+        assert figure in expected, f"{doc} quotes {name} as {figure}; the last bench: {sorted(expected)}: {block}"
+
+
+def test_performance_md_is_the_run_that_wrote_the_json():
+    data = bench_figures()
+    text = (ROOT / "docs" / "PERFORMANCE.md").read_text()
+    rows = re.findall(r"^\| (.+) \| (\S+) \| (.+) \| (PASS|FAIL) \|$", text.split("## Targets")[1].split("\n## ")[0],
+                      re.M)
+    assert rows == [(t["name"], headline.fmt(t["figure"]), t["limit"], t["verdict"]) for t in data["targets"]]
+    figures = data["headline"]
+    runs = f"{figures['memory_runs']} runs"
+    assert f"| sidecar process after {runs} | {headline.fmt(figures['sidecar_rss_mib'])} |" in text
+    assert f"| check process after {runs} | {headline.fmt(figures['sidecar_mode_check_rss_mib'])} |" in text
+    parse_and_join = headline.fmt(figures["dcgm_parse_join_ms"])
+    assert f"parse and join alone; NVML gives PCIe and NVLink throughput | {parse_and_join} |" in text
+
+
+def test_released_figures_are_marked_as_theirs():
+    released = re.split(r"^## \d", (ROOT / "CHANGELOG.md").read_text(), maxsplit=1, flags=re.M)[1]
+    assert "keep the figures measured at their release" in released.split("\n* ")[0]
+

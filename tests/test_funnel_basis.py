@@ -1,7 +1,7 @@
 """The funnel's basis: `effective` and each workload's idleness rest on SM activity where GPM or DCGM
 gives it, then graphics-engine activity, then utilization.gpu, and the fleet series say which."""
 
-from gpu_monitoring.attribution import Settings, attribute
+from gpu_monitoring.attribution import attribute
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.health.node_health import NodeVerdict
@@ -33,8 +33,12 @@ def instance(gi, source="dcgm", processes=(), **metrics):
                        metrics=metrics, activity_source=source, processes=list(processes))
 
 
+def no_price(_model):
+    return None
+
+
 def attributed(*devices, threshold=50.0):
-    return attribute(Snapshot(timestamp=0.0, node=Node(), devices=list(devices)), None, Settings(threshold))
+    return attribute(Snapshot(timestamp=0.0, node=Node(), devices=list(devices)), None, threshold, no_price)
 
 
 def state(device):
@@ -138,7 +142,7 @@ def test_each_fleet_series_says_its_basis(aggregator):
     snapshot = Snapshot(timestamp=0.0, node=Node(), devices=devices)
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{"kubernetes": False}])
     Submitter(check, ["team:ml"], lambda _entity: []).submit(
-        snapshot, {d.index: Health() for d in devices}, attribute(snapshot, None, Settings()), NO_NODE)
+        snapshot, {d.index: Health() for d in devices}, attribute(snapshot, None, 50.0, no_price), NO_NODE)
     effective = aggregator.metrics("gpu_monitoring.fleet.devices.effective")
     by_basis = {tag_dict(m.tags)["activity_source"]: m for m in effective}
     assert set(by_basis) == {"dcgm", "utilization"}

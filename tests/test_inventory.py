@@ -10,7 +10,7 @@ from gpu_monitoring import simulator
 from gpu_monitoring.collectors.inventory import PERSISTENCE_INTERVAL, Inventory
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import store
-from gpu_monitoring.metrics.spec import SPEC, sent_in
+from gpu_monitoring.metrics.profile import Profile
 from gpu_monitoring.nvml.fields import Values
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.snapshot import Device, Node, Snapshot
@@ -151,8 +151,7 @@ def test_a_driver_without_the_functions_leaves_the_facts_unknown(tmp_path):
 
 def test_nothing_is_read_where_the_metrics_profile_sends_neither(mixed):
     sim, session = mixed
-    inventory = Inventory(Clock())
-    inventory.unused = frozenset(SPEC) - sent_in("essential")
+    inventory = Inventory(Clock(), Profile("essential"))
     assert facts(collect(inventory, session)) == [(None, None)] * 3
     assert sim.calls[VBIOS_CALL] == sim.calls[PERSISTENCE_CALL] == 0
 

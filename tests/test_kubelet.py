@@ -7,6 +7,7 @@ import pytest
 
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
+from gpu_monitoring.net.agent_http import AgentHttp
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
 
 WARNING, CRITICAL = Status.WARNING, Status.CRITICAL
@@ -42,7 +43,7 @@ def kubelet(tmp_path):
 
 def client(server: KubeletServer, **options) -> KubeletClient:
     settings = {"token_path": server.token_path, "ca_path": server.ca_path, "ttl": 0, **options}
-    return KubeletClient(server.pods_url, **settings)
+    return KubeletClient(server.pods_url, **settings, http=AgentHttp)
 
 
 def failure(kube: KubeletClient) -> KubeletError:
@@ -191,7 +192,7 @@ def test_the_environments_proxy_ca_and_netrc_are_not_used(kubelet, monkeypatch, 
 
 
 def test_down_kubelet_is_a_warning_asked_once_per_ttl():
-    kube = KubeletClient(f"https://127.0.0.1:{closed_port()}/pods", None, None, ttl=SHORT_TTL)
+    kube = KubeletClient(f"https://127.0.0.1:{closed_port()}/pods", None, None, ttl=SHORT_TTL, http=AgentHttp)
     first = failure(kube)
     assert first.status == WARNING and "cannot connect" in str(first)
     assert str(failure(kube)) == str(first)

@@ -84,6 +84,32 @@ def test_local_mode_names_gpu_2(node, aggregator):
     assert "XID 79" in health_of_gpu_2().message
 
 
+def identity(tags):
+    """What names the GPU and its kind: the tags a lost GPU must keep."""
+    return {key: value for key, value in tag_dict(tags).items()
+            if key in {*NAMED, "gpu_device", "gpu_architecture", "gpu_driver_version"}}
+
+
+def test_a_sidecar_asked_first_after_the_fall_tags_gpu_2_as_local_mode_does(node, aggregator, datadog_agent,
+                                                                              tmp_path):
+    node("faults").run_until(30)
+    local = identity(health_of_gpu_2().tags), identity(xid_79()["tags"])
+    assert local[0]["gpu_architecture"] == LOST["architecture"].lower() and local[0] == local[1]
+    # The sidecar starts while GPU 2 is still on the bus; the check's first snapshot comes after its fall.
+    sidecar = SidecarProcess(tmp_path, "faults", "--start-at", "10", "--speed", "5").start()
+    check = GpuMonitoringCheck("gpu_monitoring", {}, [
+        {"source": "sidecar", "sidecar_socket": sidecar.socket, "kubernetes": False}])
+    try:
+        wait_until(lambda: sidecar.journal_last_seq() >= 4, 20, "the XIDs of t=20 never reached the journal")
+        aggregator.reset()
+        assert check.run() == ""
+    finally:
+        check.cancel()
+        sidecar.stop()
+    assert health_of_gpu_2().status == AgentCheck.CRITICAL
+    assert (identity(health_of_gpu_2().tags), identity(xid_79()["tags"])) == local
+
+
 def test_nvml_started_after_the_fall_names_the_gpu_from_the_driver(tmp_path):
     sim = simulator.SimulatedNvml(simulator.load("faults"), simulator.SimClock(speed=0, start=25))
     proc_root = build_proc_root(tmp_path / "proc", [], sim.scenario.devices)

@@ -8,6 +8,8 @@ import pytest
 from datadog_checks.base.stubs import aggregator
 
 from gpu_monitoring.check import GpuMonitoringCheck
+from gpu_monitoring.metrics.names import CLOCK_SM, MEMORY_BAR1_USED, NVLINK_THROUGHPUT_TX, UTILIZATION_GPU
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.metrics.spec import NAMESPACE, PROFILES, sent_in
 from gpu_monitoring.simulator.scenario import available
 
@@ -108,3 +110,41 @@ def test_readme_shows_the_counted_table(measured):
     assert found[1].strip() == metric_volume.table(measured).strip(), (
         "README.md's metric volume table is stale: paste the output of `python scripts/metric_volume.py`"
     )
+
+
+# --- the profile, decided once ----------------------------------------------------------------------
+
+
+def test_a_profile_sends_its_metrics_and_larger_ones_send_more():
+    essential, standard, full = (Profile(name) for name in PROFILES)
+    assert essential.sends(UTILIZATION_GPU) and not essential.sends(CLOCK_SM)
+    assert standard.sends(CLOCK_SM) and not standard.sends(MEMORY_BAR1_USED) and full.sends(MEMORY_BAR1_USED)
+    # A GPU's NVLink throughput in standard, each link's in full only.
+    assert standard.sends(NVLINK_THROUGHPUT_TX) and not standard.sends_part(NVLINK_THROUGHPUT_TX)
+    assert full.sends_part(NVLINK_THROUGHPUT_TX)
+    assert Profile() == standard and EVERYTHING == full and len({essential, standard, full}) == 3
+
+
+def test_an_unknown_profile_is_refused():
+    with pytest.raises(ValueError, match="unknown metrics_profile 'tiny': one of essential, standard, full"):
+        Profile("tiny")
+
+
+# Reads that give only metrics essential does not send, and what they give.
+NOT_READ_IN_ESSENTIAL = {
+    "nvmlDeviceGetBAR1MemoryInfo": "memory.bar1.*",
+    "nvmlDeviceGetEncoderUtilization": "utilization.encoder",
+    "nvmlDeviceGetClockInfo": "clock.*",
+    "nvmlDeviceGetPerformanceState": "performance_state",
+    "nvmlDeviceGetPersistenceMode": "device.persistence_mode",
+}
+
+
+@pytest.mark.parametrize("profile", ["essential", "full"])
+def test_collection_consults_the_profile_submission_sends_by(node, profile):
+    simulated = node("dgx-h100", metrics_profile=profile).run(2)
+    profile_of = simulated.check.submitter.profile
+    assert profile_of == Profile(profile)
+    assert {collector.profile for collector in simulated.check.source.reader.collectors} == {profile_of}
+    made = {function for function in NOT_READ_IN_ESSENTIAL if simulated.sim.calls[function]}
+    assert made == (set() if profile == "essential" else set(NOT_READ_IN_ESSENTIAL))

@@ -45,7 +45,7 @@ def listed_pids(dgx):
 
 def test_a_known_process_costs_no_read(node, opens):
     dgx = node("dgx-h100").run()
-    counted = opens(dgx.check.options.proc_root)
+    counted = opens(dgx.check.derived.proc_root)
     dgx.run(3)
     assert listed_pids(dgx)
     assert counted == Counter()
@@ -58,7 +58,7 @@ def containers(dgx):
 
 def test_a_reused_pid_is_read_again(node, opens):
     dgx = node("dgx-h100").run()
-    root = Path(dgx.check.options.proc_root)
+    root = Path(dgx.check.derived.proc_root)
     # pid 52310 exits and the kernel gives its number to a process of another container.
     other = "f" * 64
     replace_process(root, {"pid": 52310, "name": "python3", "container_id": other, "runtime": "docker",
@@ -71,7 +71,7 @@ def test_a_reused_pid_is_read_again(node, opens):
 
 def test_a_known_process_whose_directory_is_made_anew_costs_one_read(node, opens):
     dgx = node("dgx-h100").run()
-    root = Path(dgx.check.options.proc_root)
+    root = Path(dgx.check.derived.proc_root)
     before = containers(dgx)[52310]
     # The kernel dropped the directory from its cache: the same process (same start time), new
     # directory; its files say otherwise only to show they are not read again.

@@ -1,18 +1,19 @@
-"""The settings the check derives from its validated instance: folded options, a simulated node's
-stand-ins, and the kubelet's, from the instance's options, else from the Agent's kubelet settings,
+"""What the check derives from its validated instance: folded options, a simulated node's stand-ins,
+and the kubelet's arguments, from the instance's options, else from the Agent's kubelet settings,
 else from the service account's defaults."""
 
 import pytest
 from datadog_checks.base import ConfigurationError
 
-from gpu_monitoring.config.settings import DEFAULT_CA_PATH, DEFAULT_TOKEN_PATH, derive, kubelet_settings
+from gpu_monitoring.config.derived import DEFAULT_CA_PATH, DEFAULT_TOKEN_PATH, derive, kubelet_arguments
+from gpu_monitoring.metrics.profile import Profile
 
-from .config_support import validated
+from .config_support import derived, validated
 
 
-def test_settings_default_to_the_service_account(datadog_agent, monkeypatch):
+def test_kubelet_arguments_default_to_the_service_account(datadog_agent, monkeypatch):
     monkeypatch.delenv("DD_KUBERNETES_KUBELET_HOST", raising=False)
-    assert kubelet_settings(validated({})) == {
+    assert kubelet_arguments(validated({})) == {
         "url": "https://localhost:10250/pods",
         "token_path": DEFAULT_TOKEN_PATH,
         "ca_path": DEFAULT_CA_PATH,
@@ -21,10 +22,10 @@ def test_settings_default_to_the_service_account(datadog_agent, monkeypatch):
         "timeout": 5.0,
     }
     monkeypatch.setenv("DD_KUBERNETES_KUBELET_HOST", "10.0.0.7")
-    assert kubelet_settings(validated({}))["url"] == "https://10.0.0.7:10250/pods"
+    assert kubelet_arguments(validated({}))["url"] == "https://10.0.0.7:10250/pods"
 
 
-def test_settings_follow_the_agent_then_the_instance(datadog_agent):
+def test_kubelet_arguments_follow_the_agent_then_the_instance(datadog_agent):
     datadog_agent._config.update(
         {
             "kubernetes_kubelet_host": "fd00::7",
@@ -34,7 +35,7 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
             "kubelet_tls_verify": "false",
         }
     )
-    assert kubelet_settings(validated({})) == {
+    assert kubelet_arguments(validated({})) == {
         "url": "https://[fd00::7]:10443/pods",
         "token_path": "/agent/token",
         "ca_path": "/agent/ca.crt",
@@ -50,7 +51,7 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
         "pod_cache_ttl": 5,
         "kubelet_timeout": 2,
     }
-    assert kubelet_settings(validated(instance)) == {
+    assert kubelet_arguments(validated(instance)) == {
         "url": "https://node-a:10250/pods",
         "token_path": "/mine/token",
         "ca_path": "/mine/ca.crt",
@@ -69,17 +70,29 @@ def test_settings_follow_the_agent_then_the_instance(datadog_agent):
         ("pod_cache_ttl", -1),
     ],
 )
-def test_bad_settings_name_the_option(datadog_agent, option, value):
+def test_bad_kubelet_options_name_the_option(datadog_agent, option, value):
     with pytest.raises(ConfigurationError, match=option):
         validated({option: value})
 
 
 def test_collect_processes_false_disables_the_processes_collector():
     def disabled(collectors):
-        return derive(validated({"collect_processes": False, "disabled_collectors": collectors})).disabled_collectors
+        return derived({"collect_processes": False, "disabled_collectors": collectors}).disabled_collectors
 
     assert disabled(["gpm"]) == ["gpm", "processes"]
     assert disabled(["processes"]) == ["processes"]
+    assert derived({"disabled_collectors": ["gpm"]}).disabled_collectors == ["gpm"]
+
+
+@pytest.mark.parametrize("mode, derived_mode", [("auto", "auto"), (True, "true"), ("false", "false"), (False, "false")])
+def test_kubernetes_is_one_of_three_words(mode, derived_mode):
+    assert derived({"kubernetes": mode}).kubernetes == derived_mode
+
+
+def test_the_metrics_profile_is_derived_once():
+    assert derived({}).profile == Profile("standard")
+    full = derived({"metrics_profile": "full"}).profile
+    assert full == Profile("full") and full.sent > Profile("essential").sent
 
 
 def test_stand_ins_fill_only_the_options_the_instance_leaves_unset(datadog_agent):
@@ -90,8 +103,10 @@ def test_stand_ins_fill_only_the_options_the_instance_leaves_unset(datadog_agent
         "kubelet_url": "https://127.0.0.1:10250",
         "hourly_price": {"Tesla T4": 0.35},
     }
-    settings = derive(config, standing_in)
-    assert settings.proc_root == "/node/proc" and settings.kubernetes == "false"
-    assert settings.kubelet["url"] == "https://127.0.0.1:10250/pods"
-    assert settings.hourly_price == {"Tesla T4": 0.35}
+    result = derive(config, standing_in)
+    assert result.proc_root == "/node/proc" and result.kubernetes == "false"
+    assert result.kubelet["url"] == "https://127.0.0.1:10250/pods"
+    assert result.hourly_price == {"Tesla T4": 0.35}
     assert derive(config, {}) == derive(config)
+    # The model itself is what the instance gave: the stand-ins live in what is derived.
+    assert config.hourly_price == {} and config.kubelet_url is None

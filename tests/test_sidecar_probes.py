@@ -68,7 +68,7 @@ def test_ready_on_a_healthy_node(sidecars, capsys):
 def test_not_ready_while_nvml_cannot_be_read_but_alive(sidecars, capsys, tmp_path, case):
     if case == "library missing":
         sidecar = sidecars(None, "--nvml-library-path", str(tmp_path / "libnvidia-ml.so.1"), ready=False)
-        why = f"could not load nvml_library_path {tmp_path / 'libnvidia-ml.so.1'}"
+        why = f"could not load --nvml-library-path {tmp_path / 'libnvidia-ml.so.1'}"
     else:
         sidecar = sidecars(scenario_file(tmp_path, EVERY_GPU_LOST), ready=False)
         why = "no GPU can be read: GPU 0: "

@@ -107,7 +107,9 @@ def test_a_snapshot_with_a_reading_json_cannot_hold_is_refused(number):
 
 def test_cli_json(capsys):
     report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
-    assert set(report) == {"summary", "metrics", "service_checks", "events"}
+    assert set(report) == {"summary", "metrics", "service_checks", "events", "changes", "runs", "interval",
+                           "timeline_end", "whole_timeline_runs"}
+    assert report["runs"] == [{"run": 1, "at": pytest.approx(0, abs=5)}, {"run": 2, "at": pytest.approx(15, abs=5)}]
     for metric in report["metrics"]:
         assert set(metric) == {"name", "type", "value", "tags"}
         assert metric["name"].startswith("gpu_monitoring.")
@@ -184,9 +186,9 @@ def test_cli_table(capsys):
     summary, series = out.split("=== Series sent to Datadog: ")
     assert "=== Service checks not OK (5 of 8) ===" in summary
     assert "=== Events (3) ===" in summary
-    assert series.startswith(f"{series.split()[0]} metrics, 8 service checks, 3 events ===")
-    assert "--- Service checks (8) ---" in series and "--- Events (3) ---" in series
-    assert "[error] XID 79 on GPU 2" in summary and "[error] XID 79 on GPU 2" in series
+    assert series.startswith(f"{series.split()[0]} metrics, 8 service checks, 3 events of 3 runs ===")
+    assert "--- Service checks (8) ---" in series and "--- Events (3 of 3 runs) ---" in series
+    assert "[error] XID 79 on GPU 2" in summary and "[error] run 3: XID 79 on GPU 2" in series
     assert "CRITICAL" in summary
 
 
@@ -307,7 +309,7 @@ def test_cli_help_lists_every_scenario_and_default(capsys, command):
     assert sorted(name.strip() for name in listed.split(",")) == shipped
     options = out.split("options:")[1].split("scenarios for --simulate:")[0]
     help_texts = options.split("\n  --")[1:]
-    assert len(help_texts) == (7 if command == "check" else 5)
+    assert len(help_texts) == (8 if command == "check" else 7)
     assert all("default:" in text for text in help_texts), help_texts
     assert DEFAULT_SOCKET in out and "GRPC_VERBOSITY" in out
 

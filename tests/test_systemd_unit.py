@@ -88,6 +88,10 @@ def test_systemd_readme_installs_what_the_unit_runs():
     readme = (DEPLOY / "systemd" / "README.md").read_text()
     unit = systemd_unit(UNIT)
     assert "python3 -m venv /opt/gpu-monitoring" in readme
+    # The sidecar's extra, at install and at upgrade; never the Agent's base package.
+    installs = [line for line in readme.splitlines() if "/opt/gpu-monitoring/bin/pip install" in line]
+    assert len(installs) == 2 and all(line.endswith('.whl)[sidecar]"') for line in installs), installs
+    assert "datadog-checks-base" not in readme
     assert "useradd" in readme and unit["Service"]["User"][-1] in readme
     assert f"systemctl enable --now {UNIT.stem}" in readme
     assert "source: sidecar" in readme and f"sidecar_socket: {chart_socket_path()}" in readme

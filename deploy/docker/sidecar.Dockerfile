@@ -35,12 +35,12 @@ ENV PATH=/opt/gpu-monitoring/bin:$PATH \
     NVIDIA_DRIVER_CAPABILITIES=utility
 
 COPY --from=builder /dist/ /tmp/wheels/
-# The `deps` extra: the sidecar owns NVML (nvidia-ml-py) and reads the kubelet's pod-resources API
-# (grpcio), which the package itself does not require (the Agent's sidecar mode needs neither).
+# The `sidecar` extra: the sidecar owns NVML (nvidia-ml-py) and reads the kubelet's pod-resources API
+# (grpcio, protobuf). Not the Agent's base package: the sidecar imports nothing of it.
 RUN set -eu; \
     set -- /tmp/wheels/datadog_gpu_monitoring-*.whl; \
     python -m venv /opt/gpu-monitoring; \
-    /opt/gpu-monitoring/bin/pip install --no-cache-dir "$1[deps]"; \
+    /opt/gpu-monitoring/bin/pip install --no-cache-dir "$1[sidecar]"; \
     rm -rf /tmp/wheels; \
     groupadd --system --gid 10001 gpu-monitoring; \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
@@ -48,7 +48,7 @@ RUN set -eu; \
     install -d -o 10001 -g 10001 -m 0755 /var/run/gpu-monitoring; \
     install -d -o 10001 -g 10001 -m 0700 /var/lib/gpu-monitoring; \
     gpu-monitoring sidecar --help >/dev/null; \
-    python -c "import pynvml, grpc"
+    python -c "import pynvml, grpc, importlib.util as u; assert u.find_spec('datadog_checks.base') is None"
 
 USER 10001:10001
 ENTRYPOINT ["gpu-monitoring", "sidecar"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from gpu_monitoring.attribution.claims import Claimed, claims
-from gpu_monitoring.attribution.fleet import DeviceState, Fleet, FunnelKey, Settings, fleet
+from gpu_monitoring.attribution.fleet import DeviceState, Fleet, FunnelKey, PriceOf, fleet, hourly_price
 from gpu_monitoring.attribution.holders import Holder, PodDirectory, Tagger
 from gpu_monitoring.attribution.owners import owners
 from gpu_monitoring.attribution.targets import TargetKey, targets
@@ -18,7 +18,7 @@ from gpu_monitoring.attribution.workloads import Workload, Workloads, workloads
 from gpu_monitoring.kube.pod_list import PodInfo
 from gpu_monitoring.snapshot import Device, Snapshot
 
-__all__ = ["Attribution", "DeviceView", "Holder", "Settings", "Tagger", "Workload", "attribute"]
+__all__ = ["Attribution", "DeviceView", "Holder", "PriceOf", "Tagger", "Workload", "attribute", "hourly_price"]
 
 
 @dataclass
@@ -45,13 +45,17 @@ class Attribution:
     problems: List[str]
 
 
-def attribute(snapshot: Snapshot, pods: Optional[List[PodInfo]], settings: Settings) -> Attribution:
+def attribute(
+    snapshot: Snapshot, pods: Optional[List[PodInfo]], effective_threshold: float, price_of: PriceOf
+) -> Attribution:
+    """`effective_threshold` is the SM activity (%) from which an active GPU counts as effective; `price_of`
+    a GPU model's price per hour (hourly_price with the configured prices)."""
     directory = PodDirectory(pods)
     held = targets(snapshot)
     claimed = claims(snapshot, held, directory)
     owned = owners(held, directory)
     found = workloads(held, claimed, owned)
-    node = fleet(snapshot.devices, claimed.allocated, claimed.allocatable, settings)
+    node = fleet(snapshot.devices, claimed.allocated, claimed.allocatable, effective_threshold, price_of)
     return Attribution(
         devices={d.index: _view(d, claimed, found, node) for d in snapshot.devices},
         workloads=found.all,

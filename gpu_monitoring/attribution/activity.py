@@ -2,11 +2,12 @@
 
 from typing import Optional, Tuple, Union
 
+from gpu_monitoring.metrics.names import GRAPHICS_ACTIVE, SM_ACTIVE, UTILIZATION_GPU
 from gpu_monitoring.snapshot import Device, MigInstance
 
 # What a GPU's activity is judged by, best first: SM activity, then graphics-engine activity (all
 # dcgm-exporter's default counters give), from GPM or DCGM; utilization.gpu where neither answers.
-ACTIVITY_METRICS = ("sm_active", "graphics_active")
+ACTIVITY_METRICS = (SM_ACTIVE, GRAPHICS_ACTIVE)
 UTILIZATION = "utilization"
 
 
@@ -29,4 +30,4 @@ def activity_level(device: Device) -> Tuple[Optional[float], str]:
         instances = [measured_activity(i) for i in device.mig_instances if name in i.metrics]
         if instances:
             return max(instances)
-    return device.metrics.get("utilization.gpu"), UTILIZATION
+    return device.metrics.get(UTILIZATION_GPU), UTILIZATION

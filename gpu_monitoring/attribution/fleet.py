@@ -1,20 +1,30 @@
 """The fleet funnel (total → allocated → active → effective) and what GPUs and their idle time cost."""
 
 import fnmatch
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from gpu_monitoring.attribution.activity import ACTIVITY_METRICS, UTILIZATION, activity_level
+from gpu_monitoring.metrics.names import (
+    FLEET_DEVICES_ACTIVE,
+    FLEET_DEVICES_ALLOCATABLE,
+    FLEET_DEVICES_ALLOCATED,
+    FLEET_DEVICES_EFFECTIVE,
+    FLEET_DEVICES_TOTAL,
+    UTILIZATION_GPU,
+)
 from gpu_monitoring.snapshot import Device
 
 FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
-
-
-@dataclass
-class Settings:
-    effective_threshold: float = 50.0
-    hourly_price: Dict[str, float] = field(default_factory=dict)
-    default_hourly_price: Optional[float] = None
+# The funnel's stages in order, and the metric that counts each.
+STAGES = {
+    "total": FLEET_DEVICES_TOTAL,
+    "allocatable": FLEET_DEVICES_ALLOCATABLE,
+    "allocated": FLEET_DEVICES_ALLOCATED,
+    "active": FLEET_DEVICES_ACTIVE,
+    "effective": FLEET_DEVICES_EFFECTIVE,
+}
+PriceOf = Callable[[Optional[str]], Optional[float]]  # a GPU model's price per hour, where one is configured
 
 
 @dataclass
@@ -33,10 +43,11 @@ class Fleet:
 
 
 def fleet(
-    devices: List[Device], allocated: Set[int], allocatable: Optional[Dict[int, bool]], settings: Settings
+    devices: List[Device], allocated: Set[int], allocatable: Optional[Dict[int, bool]], effective_threshold: float,
+    price_of: PriceOf,
 ) -> Fleet:
-    states = {d.index: device_state(d, d.index in allocated, settings.effective_threshold) for d in devices}
-    prices = {d.index: hourly_price(d.name, settings.hourly_price, settings.default_hourly_price) for d in devices}
+    states = {d.index: device_state(d, d.index in allocated, effective_threshold) for d in devices}
+    prices = {d.index: price_of(d.name) for d in devices}
     return Fleet(states, prices, funnel(devices, states, allocatable))
 
 
@@ -45,7 +56,7 @@ def busy(device: Device) -> bool:
     (GPM or DCGM, the GPU's or a MIG instance's) or a process's SM use. Where none of these is
     measured (MIG instances nobody profiles), running compute processes."""
     processes = device.processes + [p for i in device.mig_instances for p in i.processes]
-    signals = [device.metrics.get("utilization.gpu")]
+    signals = [device.metrics.get(UTILIZATION_GPU)]
     signals += [t.metrics.get(name) for t in (device, *device.mig_instances) for name in ACTIVITY_METRICS]
     signals += [p.sm_utilization for p in processes]
     measured = [s for s in signals if s is not None]
@@ -85,7 +96,7 @@ def funnel(
     return counts
 
 
-def hourly_price(model: Optional[str], prices: Dict[str, float], default: Optional[float]) -> Optional[float]:
+def hourly_price(model: Optional[str], prices: Mapping[str, float], default: Optional[float]) -> Optional[float]:
     """The configured price of a GPU model: an exact name first, then the first glob that matches."""
     if model is None:
         return default

@@ -5,23 +5,30 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import yaml
 
 from gpu_monitoring.__about__ import __version__
 from gpu_monitoring.cli import report, status
 from gpu_monitoring.cli.series_listing import series_lines
+from gpu_monitoring.cli.status import CRITICAL_FOUND
 from gpu_monitoring.cli.summary import summarize, summary_lines
+from gpu_monitoring.cli.wrapping import fit, terminal_width
 from gpu_monitoring.sidecar import command as sidecar_command
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
 
 HELP_WIDTH = 78
 USAGE_ERROR = 2  # argparse's own, and a configuration the check refuses
-CRITICAL_FOUND = 3
+# Python ignores SIGPIPE, so a reader that stops early (`| head`) makes the next write to it raise
+# BrokenPipeError. As the signal module's docs advise ("Note on SIGPIPE"), standard output then points
+# at devnull, so that the flush at exit raises no second one; the exit status is the one a shell gives
+# a command that SIGPIPE ended (128 + 13).
+CLOSED_PIPE = 128 + signal.SIGPIPE
 # grpc's C core logs at INFO (a `chttp2_transport ... GOAWAY` line when a server closes a connection)
 # unless GRPC_VERBOSITY (grpc doc/environment_variables.md: DEBUG, INFO, ERROR, NONE) says otherwise;
 # it reads the variable when grpc is imported.
@@ -29,10 +36,13 @@ GRPC_QUIET = {"GRPC_VERBOSITY": "NONE"}
 GRPC_NOTE = "gRPC's own logging is off: set GRPC_VERBOSITY=DEBUG (and GRPC_TRACE) to see it."
 CHECK_EXIT = ("exit status: 0 when the last run's service checks are OK or WARNING; 1 when a check run raised an "
               "error; 2 for a usage or configuration error; 3 when a service check of the last run is CRITICAL (a "
-              "GPU's device.health, the node's node.health, or a *.can_connect): a script can use it as a node check.")
-STATUS_EXIT = ("exit status: 0 when every *.can_connect service check (nvml, sidecar, kubelet) is OK or WARNING "
-               "(WARNINGs are printed and still exit 0); 1 when one is CRITICAL, a run raised an error or nothing "
-               "was read; 2 for a usage or configuration error.")
+              "GPU's device.health, the node's node.health, or a *.can_connect such as nvml.can_connect): a script "
+              f"can use it as a node check; {CLOSED_PIPE} when the output's reader closed it early (`| head`).")
+STATUS_EXIT = ("exit status: 0 when the install works and no GPU or node is CRITICAL (WARNINGs are printed and "
+               "still exit 0); 1 when it does not work: a *.can_connect service check (nvml, sidecar, kubelet, dcgm) "
+               "is CRITICAL, a run raised an error or nothing was read; 2 for a usage or configuration error; 3 "
+               "when it works and a GPU's device.health or the node's node.health is CRITICAL (with "
+               f"--connect-only: 0); {CLOSED_PIPE} when the output's reader closed it early (`| head`).")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -41,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "metadata":
-        return write_metadata(args.write)
+        return _printing(lambda: write_metadata(args.write))
     if args.command == "sidecar":
         return sidecar_command.run_sidecar(args)
     if args.command == "healthz":
@@ -50,7 +60,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--runs must be at least 1")
     if args.source == "local" and args.socket:
         parser.error("--socket is the sidecar's: use it with --source sidecar")
-    return _run_or_explain(args)
+    return _printing(lambda: _run_or_explain(args))
+
+
+def _printing(command: Callable[[], int]) -> int:
+    """A command that prints, quiet when what reads its output stops reading."""
+    try:
+        code = command()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -75,13 +96,19 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--series", action="store_true",
                        help="after the summary, list every metric, service check and event (default: the summary)")
     check.add_argument("--json", action="store_true",
-                       help="print the last run as JSON: summary, metrics, service_checks, events (default: text)")
-    commands.add_parser(
+                       help="print as JSON: the summary, the last run's metrics and service_checks, every run's "
+                            "events and changes, and the runs (default: text)")
+    verify = commands.add_parser(
         "status", parents=[run_options], help="verify an install: the summary, and a failing exit status "
-                                              "when NVML, the sidecar or the kubelet cannot be read",
+                                              "when NVML, the sidecar or the kubelet cannot be read, or a GPU "
+                                              "or the node is CRITICAL",
         description=_wrap("Run the check and print the summary (GPUs, funnel, cost, every service check that is "
-                          "not OK with its message, events), then whether this install works."),
+                          "not OK with its message, events), then whether this install works and whether what "
+                          "it monitors is healthy."),
         epilog=_epilog(STATUS_EXIT))
+    verify.add_argument("--connect-only", action="store_true",
+                        help="judge only whether the install can read what it monitors: a CRITICAL GPU or node "
+                             "is printed and exits 0 (default: it exits 3)")
     metadata = commands.add_parser("metadata", help="print metadata.csv as generated from the metric spec")
     metadata.add_argument("--write", metavar="PATH", help="write it to PATH (default: standard output)")
     sidecar_command.add_parsers(commands)
@@ -101,8 +128,13 @@ def _run_options() -> argparse.ArgumentParser:
     options.add_argument("--socket", metavar="PATH",
                          help=f"the sidecar's socket (default: the instance's `sidecar_socket`, {DEFAULT_SOCKET})")
     options.add_argument("--runs", type=int, metavar="N",
-                         help=f"check runs, one collection interval apart; the last is printed (default: "
-                              f"{report.DEFAULT_RUNS}, or with --simulate enough to reach the scenario's first fault)")
+                         help=f"check runs, one collection interval apart; the tables show the last, the events "
+                              f"and changes every run's (default: {report.DEFAULT_RUNS}, or with --simulate enough "
+                              "to reach the scenario's first fault)")
+    options.add_argument("--whole-timeline", action="store_true",
+                         help="with --simulate and no --runs: run until the scenario's last fault has happened "
+                              "and ended; the simulated clock skips ahead one interval a run, so this takes seconds "
+                              "(default: until its first fault)")
     return options
 
 
@@ -154,7 +186,7 @@ def run_check(args: argparse.Namespace) -> int:
     init_config, instances = _instances(args)
     failed = critical = False
     for instance in instances:
-        result, errors = report.run(init_config, instance, args.runs)
+        result, errors = report.run(init_config, instance, args.runs, args.whole_timeline)
         _write_errors(errors)
         failed |= bool(errors)
         critical |= status.any_critical(result)
@@ -166,18 +198,20 @@ def run_status(args: argparse.Namespace) -> int:
     init_config, instances = _instances(args)
     worst = status.OK
     for instance in instances:
-        result, errors = report.run(init_config, instance, args.runs)
+        result, errors = report.run(init_config, instance, args.runs, args.whole_timeline)
         _write_errors(errors)
-        code, line = status.verdict(result, errors)
-        worst = max(worst, code)
-        print("\n".join([*summary_lines(result), "", line]))
+        code, line = status.verdict(result, errors, args.connect_only)
+        worst = status.worse(worst, code)
+        width = terminal_width()
+        print("\n".join([*summary_lines(result, width), "", *fit(line, width, len("Status: "))]))
     return worst
 
 
 def _text(result: report.Report, args: argparse.Namespace) -> str:
-    lines = summary_lines(result)
+    width = terminal_width()
+    lines = summary_lines(result, width)
     if args.series:
-        lines += ["", *series_lines(result)]
+        lines += ["", *series_lines(result, width)]
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
-"""The summary of a check run for a person to read: a line per GPU with its load, health, holder
-and what it costs, the node's funnel and cost, every service check that is not OK with its
-message, the events, and each workload's cost.
+"""The summary of a check run for a person to read: a line per GPU with its load, health, what it
+costs and who holds it, the node's funnel and cost, every service check that is not OK with its
+message, what changed run by run and the events, and each workload's cost.
 
 It reads only the report of what the check submitted, so it shows what Datadog would receive;
 a metric the instance does not send (a profile or `metric_patterns` left it out) shows as "-".
@@ -9,12 +9,25 @@ a metric the instance does not send (a profile or `metric_patterns` left it out)
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpu_monitoring.attribution.fleet import STAGES
+from gpu_monitoring.cli import run_by_run
+from gpu_monitoring.cli.run_by_run import NAMESPACE, tag_dict, where
+from gpu_monitoring.cli.wrapping import fit
 from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.names import (
+    COST_HOURLY,
+    COST_IDLE_HOURLY,
+    FLEET_DEVICES_TOTAL,
+    MEMORY_TOTAL,
+    MEMORY_USED,
+    UTILIZATION_GPU,
+    WORKLOAD_COST_HOURLY,
+    WORKLOAD_COST_IDLE_HOURLY,
+    WORKLOAD_GPUS,
+)
 from gpu_monitoring.metrics.units import human
 
-NAMESPACE = "gpu_monitoring."
 GIB = 1024 ** 3
-FUNNEL = ("total", "allocatable", "allocated", "active", "effective")
 NO_PRICE = "no price for these GPUs: set hourly_price or default_hourly_price to see cost"
 # A GPU held by more workloads than this names how many, not who.
 MAX_HOLDERS_NAMED = 2
@@ -22,25 +35,28 @@ MAX_HOLDERS_NAMED = 2
 Summary = Dict[str, Any]
 
 
-def summarize(report: Dict[str, list]) -> Summary:
+def summarize(report: Dict[str, Any]) -> Summary:
     """The summary as data: `--json` carries it beside the series it is read from."""
     metrics = report["metrics"]
     return {
         "gpus": _gpus(metrics, report["service_checks"]),
-        "funnel": {stage: _total(metrics, f"fleet.devices.{stage}") for stage in FUNNEL},
+        "funnel": {stage: _total(metrics, metric) for stage, metric in STAGES.items()},
         "activity_sources": _activity_sources(metrics),
-        "cost": {"hourly": _total(metrics, "cost.hourly"), "idle_hourly": _total(metrics, "cost.idle_hourly")},
+        "cost": {"hourly": _total(metrics, COST_HOURLY), "idle_hourly": _total(metrics, COST_IDLE_HOURLY)},
         "workloads": _workloads(metrics),
         "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != Status.OK.name],
     }
 
 
-def summary_lines(report: Dict[str, list]) -> List[str]:
+def summary_lines(report: Dict[str, Any], width: Optional[int] = None) -> List[str]:
+    """The summary's text, each line fitted to `width` columns (none: as long as it is)."""
     summary = summarize(report)
     return [
-        *_gpu_lines(summary["gpus"]), _node_line(summary),
-        *_problem_lines(summary["service_checks_not_ok"], len(report["service_checks"])),
-        *_event_lines(report["events"]),
+        *_gpu_lines(summary["gpus"], width), *fit(_node_line(summary), width, len("Node: ")),
+        *run_by_run.runs_lines(report, width),
+        *_problem_lines(summary["service_checks_not_ok"], len(report["service_checks"]), width),
+        *run_by_run.change_lines(report, width),
+        *run_by_run.event_lines(report, width),
         *_workload_lines(summary["workloads"]),
     ]
 
@@ -51,7 +67,7 @@ def summary_lines(report: Dict[str, list]) -> List[str]:
 def _gpus(metrics: List[dict], service_checks: List[dict]) -> List[dict]:
     """A row per GPU that has a health check (every GPU NVML sees), in index order."""
     columns = {name: _per_gpu(metrics, name)
-               for name in ("utilization.gpu", "memory.used", "memory.total", "cost.hourly", "cost.idle_hourly")}
+               for name in (UTILIZATION_GPU, MEMORY_USED, MEMORY_TOTAL, COST_HOURLY, COST_IDLE_HOURLY)}
     rows = []
     for index, (device, status) in sorted(_gpu_health(service_checks).items(), key=_by_index):
         row = {"gpu_index": index, "device": device, "health": status, "held_by": _holders(metrics, index)}
@@ -63,7 +79,7 @@ def _gpus(metrics: List[dict], service_checks: List[dict]) -> List[dict]:
 def _workloads(metrics: List[dict]) -> List[dict]:
     """GPUs held, cost and idle cost per workload, over every GPU and MIG instance it holds."""
     totals: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for position, name in enumerate(("workload.gpus", "workload.cost.hourly", "workload.cost.idle_hourly")):
+    for position, name in enumerate((WORKLOAD_GPUS, WORKLOAD_COST_HOURLY, WORKLOAD_COST_IDLE_HOURLY)):
         for series in _series(metrics, name):
             totals[_who(_tags(series))][position] += series["value"]
     return [{"workload": who, "gpus": gpus, "cost_hourly": hourly, "cost_idle_hourly": idle}
@@ -72,7 +88,7 @@ def _workloads(metrics: List[dict]) -> List[dict]:
 
 def _holders(metrics: List[dict], index: str) -> List[str]:
     # A container using a GPU it was not given is a workload holding none of it.
-    return sorted({_who(_tags(series)) for series in _series(metrics, "workload.gpus")
+    return sorted({_who(_tags(series)) for series in _series(metrics, WORKLOAD_GPUS)
                    if _tags(series).get("gpu_index") == index and series["value"] > 0})
 
 
@@ -106,7 +122,7 @@ def _per_gpu(metrics: List[dict], name: str) -> Dict[str, float]:
 def _activity_sources(metrics: List[dict]) -> Dict[str, float]:
     """How many GPUs each activity source judges (`activity_source` on the funnel's total)."""
     found: Dict[str, float] = defaultdict(float)
-    for series in _series(metrics, "fleet.devices.total"):
+    for series in _series(metrics, FLEET_DEVICES_TOTAL):
         source = _tags(series).get("activity_source")
         if source is not None:
             found[source] += series["value"]
@@ -124,7 +140,7 @@ def _series(metrics: List[dict], name: str) -> List[dict]:
 
 
 def _tags(item: dict) -> Dict[str, str]:
-    return dict(tag.split(":", 1) for tag in item["tags"] if ":" in tag)
+    return tag_dict(item["tags"])
 
 
 def _by_index(item: Tuple[str, tuple]) -> Tuple[int, str]:
@@ -134,22 +150,25 @@ def _by_index(item: Tuple[str, tuple]) -> Tuple[int, str]:
 
 # --- text --------------------------------------------------------------------------------
 
-_GPU_HEADER = ("gpu", "device", "util", "memory", "health", "held by", "cost", "idle cost")
-_GPU_ROW = "{:<4} {:<24} {:>5} {:>17}  {:<9} {:<40} {:>9} {:>9}"
+# Who holds a GPU is the one column of free text: the last, where it can go on below.
+_GPU_HEADER = ("gpu", "device", "util", "memory", "health", "cost", "idle cost", "held by")
+_GPU_ROW = "{:<3} {:<22} {:>5} {:>14}  {:<8} {:>9} {:>9}  {}"
+_HOLDERS_INDENT = 3 + 1 + 22 + 1 + 5 + 1 + 14 + 2 + 8 + 1 + 9 + 1 + 9 + 2
 _WORKLOAD_ROW = "{:<48} {:>6} {:>9} {:>9}"
 _PROBLEM_ROW = "{:<22} {:<9} {:<7} {}"
+_MESSAGE_INDENT = 22 + 1 + 9 + 1 + 7 + 1
 
 
-def _gpu_lines(gpus: List[dict]) -> List[str]:
-    rows = [
-        _GPU_ROW.format(
-            gpu["gpu_index"], gpu["device"], human("utilization.gpu", gpu["utilization_gpu"]),
-            _memory(gpu["memory_used"], gpu["memory_total"]), gpu["health"], _holder_text(gpu["held_by"]),
-            _money(gpu["cost_hourly"]), _money(gpu["cost_idle_hourly"]),
+def _gpu_lines(gpus: List[dict], width: Optional[int]) -> List[str]:
+    lines = [f"=== GPUs ({len(gpus)}) ===", *fit(_GPU_ROW.format(*_GPU_HEADER), width, _HOLDERS_INDENT)]
+    for gpu in gpus:
+        row = _GPU_ROW.format(
+            gpu["gpu_index"], gpu["device"], human(UTILIZATION_GPU, gpu["utilization_gpu"]),
+            _memory(gpu["memory_used"], gpu["memory_total"]), gpu["health"],
+            _money(gpu["cost_hourly"]), _money(gpu["cost_idle_hourly"]), _holder_text(gpu["held_by"]),
         )
-        for gpu in gpus
-    ]
-    return [f"=== GPUs ({len(gpus)}) ===", _GPU_ROW.format(*_GPU_HEADER), *rows]
+        lines += fit(row, width, _HOLDERS_INDENT)
+    return lines
 
 
 def _node_line(summary: Summary) -> str:
@@ -169,20 +188,13 @@ def _basis(sources: Dict[str, float]) -> str:
     return " (activity: " + ", ".join(f"{source} {count:.0f}" for source, count in sorted(sources.items())) + ")"
 
 
-def _problem_lines(problems: List[dict], count: int) -> List[str]:
+def _problem_lines(problems: List[dict], count: int, width: Optional[int]) -> List[str]:
     if not problems:
         return [f"\n=== Service checks: all {count} OK ===" if count else "\n=== Service checks: none sent ==="]
-    rows = [_PROBLEM_ROW.format(check["name"][len(NAMESPACE):], check["status"], _where(check), check["message"])
-            for check in problems]
-    return [f"\n=== Service checks not OK ({len(problems)} of {count}) ===", *rows]
-
-
-def _event_lines(events: List[dict]) -> List[str]:
-    # The title names the fault; an event's last line says what to do about it.
-    lines = [f"\n=== Events ({len(events)}) ==="]
-    for event in events:
-        last = (event["text"].strip().splitlines() or [""])[-1]
-        lines += [f"[{event['alert_type']}] {event['title']}", f"    {last}"]
+    lines = [f"\n=== Service checks not OK ({len(problems)} of {count}) ==="]
+    for check in problems:
+        row = _PROBLEM_ROW.format(check["name"][len(NAMESPACE):], check["status"], where(check), check["message"])
+        lines += fit(row, width, _MESSAGE_INDENT)
     return lines
 
 
@@ -194,11 +206,6 @@ def _workload_lines(workloads: List[dict]) -> List[str]:
             for w in workloads]
     header = _WORKLOAD_ROW.format("workload", "GPUs", "cost", "idle cost")
     return [f"\n=== Workload cost ({len(workloads)}) ===", header, *rows]
-
-
-def _where(check: dict) -> str:
-    index = _tags(check).get("gpu_index")
-    return "node" if index is None else f"GPU {index}"
 
 
 def _holder_text(holders: List[str]) -> str:

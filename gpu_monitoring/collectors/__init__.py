@@ -1,7 +1,7 @@
-"""Collectors, one per capability: each reads its metrics of a GPU or MIG instance. The node run
-(`node_run`) runs them.
+"""Collectors, one per capability: each reads its metrics of a GPU or MIG instance through the nvml
+layer's face (`gpu_monitoring.nvml`). The node reader (`node_reader`) runs them.
 
-The collectors import pynvml; this package itself does not, so the configuration can name them
+The collectors need pynvml (through the nvml layer); this package itself does not, so the configuration can name them
 in an Agent without pynvml.
 """
 

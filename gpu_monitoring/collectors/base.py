@@ -1,28 +1,26 @@
 """What every collector shares: the interface and counter rates."""
 
-from typing import AbstractSet, Dict, Hashable, Iterable, List, Optional, Tuple
+from typing import Dict, Hashable, Iterable, List, Optional, Tuple
 
 from gpu_monitoring.collectors.series import Series, SeriesValue
-from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.fields import FieldKey
-from gpu_monitoring.nvml.fields import Values as Fields
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import FieldKey, NvmlDevice
+from gpu_monitoring.nvml import Values as Fields
 
 
 class Collector:
     """Reads one capability of a device: returns readings of the series it declares (collectors.series)
-    and never submits anything."""
+    and never submits anything. A read that gives only series the metrics profile does not send is
+    not made; a sidecar, serving every profile, reads all."""
 
     name = ""
-    # Metrics nobody submits nor judges (what the metrics profile leaves out): a read that gives
-    # only these is not made. The node run sets it; a sidecar, serving any profile, reads all.
-    unused: AbstractSet[str] = frozenset()
-    # The same for series of a part of the GPU (one NVLink link's), which a profile may leave out
-    # while it sends the GPU's own series of that name.
-    unused_parts: AbstractSet[str] = frozenset()
+
+    def __init__(self, profile: Profile = EVERYTHING) -> None:
+        self.profile = profile
 
     def wants(self, series: Series) -> bool:
         """Whether a read that gives this series is worth its NVML call."""
-        return series.name not in (self.unused_parts if series.tags else self.unused)
+        return series.name in (self.profile.sent_parts if series.tags else self.profile.sent)
 
     def fields(self, device: NvmlDevice, links: int) -> Iterable[FieldKey]:
         """Readings (nvml.readings) this collector wants of a device with this many NVLink links:

@@ -6,14 +6,21 @@ from typing import Dict, List, Tuple
 
 from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import Series, SeriesValue, fact, gauge, monotonic_count
-from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.fields import FieldKey
-from gpu_monitoring.nvml.readings import c2c_link_count
+from gpu_monitoring.metrics.names import (
+    C2C_ERRORS_INTERRUPT,
+    C2C_ERRORS_REPLAY,
+    C2C_ERRORS_REPLAY_B2B,
+    C2C_LINKS_ACTIVE,
+    C2C_LINKS_TOTAL,
+)
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import FieldKey, NvmlDevice, c2c_link_count, field
 
-COUNTERS = {"c2c_errors_interrupt": "errors.interrupt", "c2c_errors_replay": "errors.replay",
-            "c2c_errors_replay_b2b": "errors.replay.b2b"}
-TOTALS = {name: monotonic_count(f"c2c.{metric}") for name, metric in COUNTERS.items()}
-LINKS_TOTAL, LINKS_ACTIVE = gauge("c2c.links.total"), gauge("c2c.links.active")
+STATUS = "c2c_status"
+COUNTERS = {"c2c_errors_interrupt": C2C_ERRORS_INTERRUPT, "c2c_errors_replay": C2C_ERRORS_REPLAY,
+            "c2c_errors_replay_b2b": C2C_ERRORS_REPLAY_B2B}
+TOTALS = {name: monotonic_count(metric) for name, metric in COUNTERS.items()}
+LINKS_TOTAL, LINKS_ACTIVE = gauge(C2C_LINKS_TOTAL), gauge(C2C_LINKS_ACTIVE)
 DOWN = fact("c2c_down")
 _ACTIVE = 1  # nvml.h: NVML_FI_DEV_C2C_LINK_GET_STATUS is 0 inactive, 1 active
 
@@ -23,7 +30,8 @@ class C2c(Collector):
 
     name = "c2c"
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Profile = EVERYTHING) -> None:
+        super().__init__(profile)
         self._links: Dict[int, int] = {}
 
     def fields(self, device: NvmlDevice, links: int):
@@ -35,7 +43,7 @@ class C2c(Collector):
         if not count:
             return []
         found: List[SeriesValue] = [(LINKS_TOTAL, count)]
-        states = {link: fields[("c2c_status", link)] for link in range(count) if ("c2c_status", link) in fields}
+        states = {link: fields[(STATUS, link)] for link in range(count) if (STATUS, link) in fields}
         if states:
             found += [(LINKS_ACTIVE, sum(state == _ACTIVE for state in states.values())),
                       (DOWN, [link for link, state in states.items() if state != _ACTIVE])]
@@ -55,12 +63,12 @@ class C2c(Collector):
 
 @functools.cache
 def _link_keys(link: int) -> Tuple[FieldKey, ...]:
-    return (("c2c_status", link), *((name, link) for name in COUNTERS))
+    return (field(STATUS, link), *(field(name, link) for name in COUNTERS))
 
 
 @functools.cache
 def _link_series(link: int) -> Tuple[Series, Dict[str, Series]]:
     """A link's status series and its counters', under its `c2c_link` tag, made once."""
     tags = (f"c2c_link:{link}",)
-    return (gauge("c2c.links.active", tags),
-            {name: monotonic_count(f"c2c.{metric}", tags) for name, metric in COUNTERS.items()})
+    return (gauge(C2C_LINKS_ACTIVE, tags),
+            {name: monotonic_count(metric, tags) for name, metric in COUNTERS.items()})

@@ -15,12 +15,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import DEVICE_PERSISTENCE_MODE
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import NvmlDevice
 
 PERSISTENCE_INTERVAL = 600.0
 VBIOS_VERSION, PERSISTENCE_MODE = fact("vbios_version"), fact("persistence_mode")
 # Submission makes this metric of both facts, tagged with the VBIOS; nothing else reads them.
-SUBMITTED = gauge("device.persistence_mode")
+SUBMITTED = gauge(DEVICE_PERSISTENCE_MODE)
 
 
 class Inventory(Collector):
@@ -28,7 +30,8 @@ class Inventory(Collector):
 
     name = "inventory"
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, profile: Profile = EVERYTHING) -> None:
+        super().__init__(profile)
         self._clock = clock
         # Each GPU's last persistence mode NVML gave, and when it was asked.
         self._persistence: Dict[int, Tuple[float, Optional[bool]]] = {}

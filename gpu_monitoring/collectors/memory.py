@@ -4,10 +4,20 @@ from typing import List
 
 from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import SeriesValue, gauge
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import (
+    MEMORY_BAR1_TOTAL,
+    MEMORY_BAR1_USED,
+    MEMORY_FREE,
+    MEMORY_RESERVED,
+    MEMORY_TOTAL,
+    MEMORY_USED,
+)
+from gpu_monitoring.nvml import NvmlDevice
 
-SERIES = {key: gauge(f"memory.{key}") for key in ("total", "used", "free", "reserved")}
-BAR1_TOTAL, BAR1_USED = gauge("memory.bar1.total"), gauge("memory.bar1.used")
+# By the keys of NvmlDevice.memory_info().
+SERIES = {"total": gauge(MEMORY_TOTAL), "used": gauge(MEMORY_USED), "free": gauge(MEMORY_FREE),
+          "reserved": gauge(MEMORY_RESERVED)}
+BAR1_TOTAL, BAR1_USED = gauge(MEMORY_BAR1_TOTAL), gauge(MEMORY_BAR1_USED)
 
 
 class Memory(Collector):

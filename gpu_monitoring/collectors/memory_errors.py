@@ -5,29 +5,42 @@ from typing import List
 
 from gpu_monitoring.collectors.base import Collector, Fields, from_fields
 from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
-from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.readings import ECC_LOCATIONS
+from gpu_monitoring.metrics.names import (
+    ECC_ERRORS_CORRECTED,
+    ECC_ERRORS_CORRECTED_TOTAL,
+    ECC_ERRORS_UNCORRECTED,
+    ECC_ERRORS_UNCORRECTED_TOTAL,
+    REMAPPED_ROWS_CORRECTABLE,
+    REMAPPED_ROWS_FAILED,
+    REMAPPED_ROWS_PENDING,
+    REMAPPED_ROWS_UNCORRECTABLE,
+    RETIRED_PAGES_DOUBLE_BIT,
+    RETIRED_PAGES_PENDING,
+    RETIRED_PAGES_SINGLE_BIT,
+)
+from gpu_monitoring.nvml import ECC_LOCATIONS, NvmlDevice, field
 
-KINDS = ("corrected", "uncorrected")
 FIELDS = {
-    ("ecc_corrected", 0): monotonic_count("ecc.errors.corrected"),
-    ("ecc_uncorrected", 0): monotonic_count("ecc.errors.uncorrected"),
-    ("remapped_correctable", 0): gauge("remapped_rows.correctable"),
-    ("remapped_uncorrectable", 0): gauge("remapped_rows.uncorrectable"),
-    ("remapped_pending", 0): gauge("remapped_rows.pending"),
-    ("remapped_failed", 0): gauge("remapped_rows.failed"),
-    ("retired_single_bit", 0): gauge("retired_pages.single_bit"),
-    ("retired_double_bit", 0): gauge("retired_pages.double_bit"),
-    ("retired_pending", 0): gauge("retired_pages.pending"),
+    field("ecc_corrected"): monotonic_count(ECC_ERRORS_CORRECTED),
+    field("ecc_uncorrected"): monotonic_count(ECC_ERRORS_UNCORRECTED),
+    field("remapped_correctable"): gauge(REMAPPED_ROWS_CORRECTABLE),
+    field("remapped_uncorrectable"): gauge(REMAPPED_ROWS_UNCORRECTABLE),
+    field("remapped_pending"): gauge(REMAPPED_ROWS_PENDING),
+    field("remapped_failed"): gauge(REMAPPED_ROWS_FAILED),
+    field("retired_single_bit"): gauge(RETIRED_PAGES_SINGLE_BIT),
+    field("retired_double_bit"): gauge(RETIRED_PAGES_DOUBLE_BIT),
+    field("retired_pending"): gauge(RETIRED_PAGES_PENDING),
 }
+# Each kind's lifetime total, as ECC_LOCATIONS pairs them (corrected, uncorrected).
+KINDS = {"corrected": ECC_ERRORS_CORRECTED_TOTAL, "uncorrected": ECC_ERRORS_UNCORRECTED_TOTAL}
 # Lifetime totals, kept by the GPU across reboots: gauges, as Datadog's built-in check sends them,
 # since the total itself tells a worn board. The GPU's, and each memory location's the driver answers.
 TOTALS = {
-    **{(f"ecc_{kind}_aggregate", 0): gauge(f"ecc.errors.{kind}.total") for kind in KINDS},
+    **{field(f"ecc_{kind}_aggregate"): gauge(metric) for kind, metric in KINDS.items()},
     **{
-        (f"ecc_{kind}_aggregate_{location}", 0): gauge(f"ecc.errors.{kind}.total", (f"memory_location:{location}",))
+        field(f"ecc_{kind}_aggregate_{location}"): gauge(metric, (f"memory_location:{location}",))
         for location, ids in ECC_LOCATIONS.items()
-        for kind, field_id in zip(KINDS, ids) if field_id is not None
+        for (kind, metric), field_id in zip(KINDS.items(), ids) if field_id is not None
     },
 }
 

@@ -5,12 +5,14 @@ from typing import List, Optional
 
 from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge, store
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import MIG_ENABLED, MIG_INSTANCES, PROCESSES_COUNT
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import NvmlDevice
 from gpu_monitoring.snapshot import MigInstance
 
-ENABLED, ENABLED_FACT = gauge("mig.enabled"), fact("mig_enabled")
-INSTANCES, INSTANCES_FACT = gauge("mig.instances"), fact("mig_instances")
-PROCESSES_COUNT = gauge("processes.count")
+ENABLED, ENABLED_FACT = gauge(MIG_ENABLED), fact("mig_enabled")
+INSTANCES, INSTANCES_FACT = gauge(MIG_INSTANCES), fact("mig_instances")
+PROCESSES = gauge(PROCESSES_COUNT)
 
 _PROFILE = re.compile(r"MIG (\S+)$")
 
@@ -18,7 +20,8 @@ _PROFILE = re.compile(r"MIG (\S+)$")
 class Mig(Collector):
     name = "mig"
 
-    def __init__(self, instance_collectors: List[Collector]):
+    def __init__(self, instance_collectors: List[Collector], profile: Profile = EVERYTHING):
+        super().__init__(profile)
         self.instance_collectors = instance_collectors
 
     def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
@@ -30,8 +33,8 @@ class Mig(Collector):
             return found
         instances = [self._instance(child) for child in device.mig_devices()]
         found += [(INSTANCES, len(instances)), (INSTANCES_FACT, instances)]
-        if any(PROCESSES_COUNT.name in instance.metrics for instance in instances):
-            found.append((PROCESSES_COUNT, len({p.pid for i in instances for p in i.processes})))
+        if any(PROCESSES_COUNT in instance.metrics for instance in instances):
+            found.append((PROCESSES, len({p.pid for i in instances for p in i.processes})))
         return found
 
     def _instance(self, child: NvmlDevice) -> MigInstance:

@@ -6,7 +6,7 @@ lists the NVML calls a run makes besides it and why no field replaces them).
 
 import logging
 import time
-from typing import AbstractSet, Callable, Dict, FrozenSet, Iterable, List, Optional
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional
 
 from gpu_monitoring import snapshot
 from gpu_monitoring.collectors import COLLECTOR_NAMES
@@ -26,13 +26,11 @@ from gpu_monitoring.collectors.series import store
 from gpu_monitoring.collectors.thermal import Thermal
 from gpu_monitoring.collectors.utilization import Gpm, Utilization
 from gpu_monitoring.kube.allocations import AllocationReader
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.node.driver_gpus import name_lost_devices, read_driver_gpus
 from gpu_monitoring.node.hardware import HardwareReader
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml import EventWatcher, NvmlDevice, NvmlSession, RawEvent, Readings
 from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
-from gpu_monitoring.nvml.events import EventWatcher, RawEvent
-from gpu_monitoring.nvml.readings import Readings
-from gpu_monitoring.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +54,9 @@ class NodeReader:
     NVML hands out each event once, so drained events stay with the reader, repeated in
     every snapshot, until `acknowledge()` says a run submitted them: a run that fails after
     draining loses nothing.
+
+    The collectors skip reads that give only what `profile` does not send; a sidecar, serving
+    every profile, reads everything.
     """
 
     def __init__(
@@ -66,8 +67,7 @@ class NodeReader:
         allocations: Optional[AllocationReader] = None,
         lost_restart_interval: float = 300.0,
         watch_events: bool = True,
-        unused: AbstractSet[str] = frozenset(),
-        unused_parts: AbstractSet[str] = frozenset(),
+        profile: Profile = EVERYTHING,
         sysfs_root: Optional[str] = None,
         clock: Callable[[], float] = time.time,
     ):
@@ -86,33 +86,31 @@ class NodeReader:
         # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root;
         # `clock` is the one its counters follow.
         self.hardware = HardwareReader(sysfs_root, proc_root, clock) if sysfs_root else None
-        self._build_collectors()
-        for collector in self.collectors:
-            collector.unused, collector.unused_parts = unused, unused_parts
+        self.collectors = self._build_collectors(profile)
 
-    def _build_collectors(self) -> None:
+    def _build_collectors(self, profile: Profile) -> List[Collector]:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
-        gpm = Gpm(pcie="pcie" in enabled)
+        gpm = Gpm(pcie="pcie" in enabled, profile=profile)
         shared = {
-            "utilization": Utilization(),
+            "utilization": Utilization(profile),
             "gpm": gpm,
-            "memory": Memory(),
-            "processes": Processes(self.proc_root),
+            "memory": Memory(profile),
+            "processes": Processes(self.proc_root, profile),
         }
         per_device = {
             **shared,
-            "thermal": Thermal(),
-            "clocks": Clocks(),
-            "pcie": Pcie(gpm if "gpm" in enabled else None),
-            "nvlink": NvLink(),
-            "fabric": Fabric(),
-            "c2c": C2c(),
-            "recovery": Recovery(),
-            "memory_errors": MemoryErrors(),
-            "inventory": Inventory(),
-            "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled]),
+            "thermal": Thermal(profile),
+            "clocks": Clocks(profile),
+            "pcie": Pcie(gpm if "gpm" in enabled else None, profile),
+            "nvlink": NvLink(profile),
+            "fabric": Fabric(profile),
+            "c2c": C2c(profile),
+            "recovery": Recovery(profile),
+            "memory_errors": MemoryErrors(profile),
+            "inventory": Inventory(profile=profile),
+            "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled], profile),
         }
-        self.collectors: List[Collector] = [per_device[name] for name in enabled]
+        return [per_device[name] for name in enabled]
 
     def read(self) -> snapshot.Snapshot:
         if not self.session.started:

@@ -1,47 +1,60 @@
 """NVLink state, throughput and error counters, per GPU and per link, all from the batched field values."""
 
 import functools
-from functools import cached_property
 from operator import itemgetter
 from typing import Dict, List, Tuple
 
 from gpu_monitoring.collectors.base import Collector, CounterRates, Fields, from_fields
 from gpu_monitoring.collectors.series import Series, SeriesValue, fact, gauge, monotonic_count
+from gpu_monitoring.metrics.names import (
+    NVLINK_BER_EFFECTIVE,
+    NVLINK_BER_SYMBOL,
+    NVLINK_ERRORS_CRC_DATA,
+    NVLINK_ERRORS_CRC_FLIT,
+    NVLINK_ERRORS_EFFECTIVE,
+    NVLINK_ERRORS_FEC,
+    NVLINK_ERRORS_RECOVERY,
+    NVLINK_ERRORS_REPLAY,
+    NVLINK_LINKS_ACTIVE,
+    NVLINK_LINKS_INACTIVE,
+    NVLINK_LINKS_TOTAL,
+    NVLINK_THROUGHPUT_RX,
+    NVLINK_THROUGHPUT_TX,
+)
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.metrics.spec import SPEC
-from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.fields import FieldKey
-from gpu_monitoring.nvml.readings import CRC_FLIT_BY_LINK, FEC_BINS
+from gpu_monitoring.nvml import CRC_LINKS, FEC_BINS, FieldKey, NvmlDevice, field
 
 # nvml.h: NVML_NVLINK_STATE_INACTIVE 0, _ACTIVE 1, _SLEEP 2 (a link asleep to save power is up).
 INACTIVE, ACTIVE, SLEEP = 0, 1, 2
 UP = (ACTIVE, SLEEP)
 
 ERRORS = {
-    ("nvlink_crc_flit", 0): monotonic_count("nvlink.errors.crc_flit"),
-    ("nvlink_crc_data", 0): monotonic_count("nvlink.errors.crc_data"),
-    ("nvlink_replay", 0): monotonic_count("nvlink.errors.replay"),
-    ("nvlink_recovery", 0): monotonic_count("nvlink.errors.recovery"),
+    field("nvlink_crc_flit"): monotonic_count(NVLINK_ERRORS_CRC_FLIT),
+    field("nvlink_crc_data"): monotonic_count(NVLINK_ERRORS_CRC_DATA),
+    field("nvlink_replay"): monotonic_count(NVLINK_ERRORS_REPLAY),
+    field("nvlink_recovery"): monotonic_count(NVLINK_ERRORS_RECOVERY),
 }
 # Per-link counters (readings) by metric; the CRC ones exist for the links nvml.h numbers fields for.
 LINK_ERRORS = {
-    "nvlink_link_replay": "nvlink.errors.replay",
-    "nvlink_link_recovery": "nvlink.errors.recovery",
-    "nvlink_link_crc_flit": "nvlink.errors.crc_flit",
-    "nvlink_link_crc_data": "nvlink.errors.crc_data",
+    "nvlink_link_replay": NVLINK_ERRORS_REPLAY,
+    "nvlink_link_recovery": NVLINK_ERRORS_RECOVERY,
+    "nvlink_link_crc_flit": NVLINK_ERRORS_CRC_FLIT,
+    "nvlink_link_crc_data": NVLINK_ERRORS_CRC_DATA,
 }
-CRC_LINKS = len(CRC_FLIT_BY_LINK)
+CRC_BY_LINK = ("nvlink_link_crc_flit", "nvlink_link_crc_data")
 # NVLink 5, per link and for the GPU: the GPU's effective errors are its links' sum, its BERs the worst link's.
 NVLINK5 = {
-    "nvlink_effective_errors": (monotonic_count("nvlink.errors.effective"), sum),
-    "nvlink_effective_ber": (gauge("nvlink.ber.effective"), max),
-    "nvlink_symbol_ber": (gauge("nvlink.ber.symbol"), max),
+    "nvlink_effective_errors": (monotonic_count(NVLINK_ERRORS_EFFECTIVE), sum),
+    "nvlink_effective_ber": (gauge(NVLINK_BER_EFFECTIVE), max),
+    "nvlink_symbol_ber": (gauge(NVLINK_BER_SYMBOL), max),
 }
 FEC = tuple(f"nvlink_fec_{n}" for n in range(FEC_BINS))
-LINKS_TOTAL = gauge("nvlink.links.total")
-LINKS_ACTIVE = gauge("nvlink.links.active")
-LINKS_INACTIVE = gauge("nvlink.links.inactive")
+LINKS_TOTAL = gauge(NVLINK_LINKS_TOTAL)
+LINKS_ACTIVE = gauge(NVLINK_LINKS_ACTIVE)
+LINKS_INACTIVE = gauge(NVLINK_LINKS_INACTIVE)
 LINK_STATES = fact("nvlink_states")
-THROUGHPUT = (gauge("nvlink.throughput.tx"), gauge("nvlink.throughput.rx"))
+THROUGHPUT = (gauge(NVLINK_THROUGHPUT_TX), gauge(NVLINK_THROUGHPUT_RX))
 
 
 class NvLink(Collector):
@@ -50,17 +63,15 @@ class NvLink(Collector):
 
     name = "nvlink"
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Profile = EVERYTHING) -> None:
+        super().__init__(profile)
         self._rates = CounterRates()
-
-    @cached_property
-    def _wanted(self) -> Dict[str, bool]:
-        """Which groups of reads the profile sends something of (`unused` is set before the first run)."""
-        return {
-            "link_throughput": self.wants(link_series("nvlink.throughput.tx", 0)),
-            "link_errors": self.wants(link_series("nvlink.errors.replay", 0)),
+        # Which groups of reads the profile sends something of.
+        self._wanted = {
+            "link_throughput": self.wants(link_series(NVLINK_THROUGHPUT_TX, 0)),
+            "link_errors": self.wants(link_series(NVLINK_ERRORS_REPLAY, 0)),
             "nvlink5": any(self.wants(s) or self.wants(link_series(s.name, 0)) for s, _ in NVLINK5.values()),
-            "link_nvlink5": self.wants(link_series("nvlink.errors.effective", 0)),
+            "link_nvlink5": self.wants(link_series(NVLINK_ERRORS_EFFECTIVE, 0)),
             "fec": self.wants(fec_series(0)),
         }
 
@@ -155,17 +166,17 @@ def link_series(name: str, link: int) -> Series:
 
 @functools.cache
 def fec_series(fec_bin: int) -> Series:
-    return monotonic_count("nvlink.errors.fec", (f"fec_bin:{fec_bin}",))
+    return monotonic_count(NVLINK_ERRORS_FEC, (f"fec_bin:{fec_bin}",))
 
 
 @functools.cache
 def _keys(links: int) -> Dict[str, Tuple[FieldKey, ...]]:
     """The per-link keys of each per-link reading for this many links, made once."""
     per_link = ("nvlink_state", "nvlink_tx_kib", "nvlink_rx_kib", *LINK_ERRORS, *NVLINK5, *FEC)
-    keys = {name: tuple((name, link) for link in range(links)) for name in per_link}
-    # Each link's CRC counters have a field of their own (readings.CRC_FLIT_BY_LINK), links 0-11.
-    for name in ("nvlink_link_crc_flit", "nvlink_link_crc_data"):
-        keys[name] = tuple((f"{name}_{link}", link) for link in range(min(links, CRC_LINKS)))
+    keys = {name: tuple(field(name, link) for link in range(links)) for name in per_link if name not in CRC_BY_LINK}
+    # Each link's CRC counters have a field of their own, links 0-11 (nvml.CRC_LINKS).
+    for name in CRC_BY_LINK:
+        keys[name] = tuple(field(f"{name}_{link}", link) for link in range(min(links, CRC_LINKS)))
     return keys
 
 

@@ -5,16 +5,25 @@ from typing import Dict, List, Optional, Tuple
 from gpu_monitoring.collectors.base import Collector, CounterRates, Fields, from_fields
 from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
 from gpu_monitoring.collectors.utilization import Gpm
-from gpu_monitoring.nvml import fallbacks
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import (
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_GENERATION_MAX,
+    PCIE_LINK_WIDTH,
+    PCIE_LINK_WIDTH_MAX,
+    PCIE_REPLAY_ERRORS,
+    PCIE_THROUGHPUT_RX,
+    PCIE_THROUGHPUT_TX,
+)
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import NvmlDevice, field
 
-BYTE_COUNTERS = [("pcie_tx_bytes", 0), ("pcie_rx_bytes", 0)]
-SAMPLED_KIB_PER_S = [("pcie_tx_kib_per_s", 0), ("pcie_rx_kib_per_s", 0)]
-THROUGHPUT = (gauge("pcie.throughput.tx"), gauge("pcie.throughput.rx"))
-LINK = (gauge("pcie.link.generation"), gauge("pcie.link.width"))
-LINK_MAX = (gauge("pcie.link.generation.max"), gauge("pcie.link.width.max"))
-FIELDS = {("pcie_replay", 0): monotonic_count("pcie.replay_errors")}
-RECOVERIES = ("pcie_recoveries", 0)
+BYTE_COUNTERS = [field("pcie_tx_bytes"), field("pcie_rx_bytes")]
+SAMPLED_KIB_PER_S = [field("pcie_tx_kib_per_s"), field("pcie_rx_kib_per_s")]
+THROUGHPUT = (gauge(PCIE_THROUGHPUT_TX), gauge(PCIE_THROUGHPUT_RX))
+LINK = (gauge(PCIE_LINK_GENERATION), gauge(PCIE_LINK_WIDTH))
+LINK_MAX = (gauge(PCIE_LINK_GENERATION_MAX), gauge(PCIE_LINK_WIDTH_MAX))
+FIELDS = {field("pcie_replay"): monotonic_count(PCIE_REPLAY_ERRORS)}
+RECOVERIES = field("pcie_recoveries")
 
 
 class Pcie(Collector):
@@ -30,7 +39,8 @@ class Pcie(Collector):
 
     name = "pcie"
 
-    def __init__(self, gpm: Optional[Gpm] = None) -> None:
+    def __init__(self, gpm: Optional[Gpm] = None, profile: Profile = EVERYTHING) -> None:
+        super().__init__(profile)
         self._rates = CounterRates()
         self._gpm = gpm
         self._links: Dict[int, Tuple[float, tuple]] = {}  # each GPU's link, and the recoveries counted then
@@ -75,7 +85,7 @@ class Pcie(Collector):
         if all(key in fields for key in SAMPLED_KIB_PER_S):
             sampled = [fields[key] for key in SAMPLED_KIB_PER_S]
         elif self._from_gpm(device):
-            sampled = fallbacks.sampled_pcie_throughput(device)
+            sampled = device.sampled_pcie_throughput()
         else:
             return ()
         return tuple(kib_per_s * 1024 for kib_per_s in sampled or ())

@@ -5,11 +5,12 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from gpu_monitoring.collectors.base import Collector, Fields, sample_key
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
+from gpu_monitoring.metrics.names import PROCESSES_COUNT
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.node.process_owners import ProcessOwners
 from gpu_monitoring.node.procfs import ProcFault, fault_of
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml import Listed, NvmlDevice, Usage
 from gpu_monitoring.nvml.errors import CannotAnswer
-from gpu_monitoring.nvml.processes import Listed, Usage
 from gpu_monitoring.snapshot import Process
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ SampleKey = Tuple[int, Optional[int]]
 # list holds a process that may be it, named so or of a name that could not be read.
 MPS_SERVER = "nvidia-cuda-mps"
 _IDLE: Usage = (0.0, 0.0, 0.0, 0.0)
-COUNT, PROCESSES = gauge("processes.count"), fact("processes")
+COUNT, PROCESSES = gauge(PROCESSES_COUNT), fact("processes")
 
 
 class Processes(Collector):
@@ -31,7 +32,8 @@ class Processes(Collector):
 
     name = "processes"
 
-    def __init__(self, proc_root: Optional[str] = "/proc"):
+    def __init__(self, proc_root: Optional[str] = "/proc", profile: Profile = EVERYTHING):
+        super().__init__(profile)
         self.proc_root = proc_root
         self._since: Dict[SampleKey, int] = {}
         self._faults = ProcFaults()

@@ -5,11 +5,12 @@ from typing import List
 from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.health.recovery_actions import ACTIONS, UNKNOWN
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import DEVICE_RECOVERY_ACTION
+from gpu_monitoring.nvml import NvmlDevice, field
 
-KEY = ("recovery_action", 0)
+KEY = field("recovery_action")
 # The value is also a tag, so that a monitor can name the action; one series per action, made once.
-SERIES = {name: gauge("device.recovery_action", (f"recovery_action:{name}",))
+SERIES = {name: gauge(DEVICE_RECOVERY_ACTION, (f"recovery_action:{name}",))
           for name in [action.name for action in ACTIONS.values()] + [UNKNOWN]}
 ACTION = fact("recovery_action")
 

@@ -4,17 +4,26 @@ from typing import List
 
 from gpu_monitoring.collectors.base import Collector, Fields, from_fields
 from gpu_monitoring.collectors.series import SeriesValue, gauge, monotonic_count
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import (
+    ENERGY_CONSUMED,
+    FAN_SPEED,
+    POWER_LIMIT,
+    POWER_USAGE,
+    TEMPERATURE,
+    TEMPERATURE_MEMORY,
+    TEMPERATURE_SLOWDOWN_THRESHOLD,
+)
+from gpu_monitoring.nvml import NvmlDevice, field
 
-TEMPERATURE = gauge("temperature")
-SLOWDOWN_THRESHOLD = gauge("temperature.slowdown_threshold")
-FAN_SPEED = gauge("fan.speed")
-FIELDS = {("memory_temperature", 0): gauge("temperature.memory")}
+GPU_TEMPERATURE = gauge(TEMPERATURE)
+SLOWDOWN_THRESHOLD = gauge(TEMPERATURE_SLOWDOWN_THRESHOLD)
+FAN = gauge(FAN_SPEED)
+FIELDS = {field("memory_temperature"): gauge(TEMPERATURE_MEMORY)}
 # Readings NVML gives in thousandths (mJ, mW) of what the metrics submit.
 THOUSANDTHS = {
-    ("energy_mj", 0): monotonic_count("energy.consumed"),
-    ("power_mw", 0): gauge("power.usage"),
-    ("power_limit_mw", 0): gauge("power.limit"),
+    field("energy_mj"): monotonic_count(ENERGY_CONSUMED),
+    field("power_mw"): gauge(POWER_USAGE),
+    field("power_limit_mw"): gauge(POWER_LIMIT),
 }
 
 
@@ -26,9 +35,9 @@ class Thermal(Collector):
 
     def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         return [
-            (TEMPERATURE, device.temperature()),
+            (GPU_TEMPERATURE, device.temperature()),
             (SLOWDOWN_THRESHOLD, device.slowdown_temperature),
-            (FAN_SPEED, device.fan_speed()),
+            (FAN, device.fan_speed()),
             *from_fields(fields, FIELDS),
             *((series, fields[key] / 1000.0) for key, series in THOUSANDTHS.items() if key in fields),
         ]

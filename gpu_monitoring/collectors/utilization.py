@@ -4,15 +4,40 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from gpu_monitoring.collectors.base import Collector, Fields, sample_key
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
-from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.metrics.names import (
+    DRAM_ACTIVE,
+    FP16_ACTIVE,
+    FP32_ACTIVE,
+    FP64_ACTIVE,
+    GRAPHICS_ACTIVE,
+    PCIE_THROUGHPUT_RX,
+    PCIE_THROUGHPUT_TX,
+    SM_ACTIVE,
+    SM_OCCUPANCY,
+    TENSOR_ACTIVE,
+    UTILIZATION_DECODER,
+    UTILIZATION_ENCODER,
+    UTILIZATION_GPU,
+    UTILIZATION_MEMORY,
+)
+from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.nvml import GpmMetric, GpmSampler, NvmlDevice
 from gpu_monitoring.nvml.errors import CannotAnswer
-from gpu_monitoring.nvml.gpm import GPM_METRICS, PCIE_METRICS, GpmSampler
 
-UTILIZATION_GPU = gauge("utilization.gpu")
-UTILIZATION_MEMORY = gauge("utilization.memory")
-UTILIZATION_ENCODER = gauge("utilization.encoder")
-UTILIZATION_DECODER = gauge("utilization.decoder")
-GPM_SERIES = {name: gauge(name) for name in (*GPM_METRICS, *PCIE_METRICS)}
+GPU, MEMORY = gauge(UTILIZATION_GPU), gauge(UTILIZATION_MEMORY)
+ENCODER, DECODER = gauge(UTILIZATION_ENCODER), gauge(UTILIZATION_DECODER)
+GPM_SERIES = {
+    GpmMetric.GRAPHICS_UTIL: gauge(GRAPHICS_ACTIVE),
+    GpmMetric.SM_UTIL: gauge(SM_ACTIVE),
+    GpmMetric.SM_OCCUPANCY: gauge(SM_OCCUPANCY),
+    GpmMetric.ANY_TENSOR_UTIL: gauge(TENSOR_ACTIVE),
+    GpmMetric.DRAM_BW_UTIL: gauge(DRAM_ACTIVE),
+    GpmMetric.FP64_UTIL: gauge(FP64_ACTIVE),
+    GpmMetric.FP32_UTIL: gauge(FP32_ACTIVE),
+    GpmMetric.FP16_UTIL: gauge(FP16_ACTIVE),
+    GpmMetric.PCIE_TX_PER_SEC: gauge(PCIE_THROUGHPUT_TX),
+    GpmMetric.PCIE_RX_PER_SEC: gauge(PCIE_THROUGHPUT_RX),
+}
 ACTIVITY_SOURCE = fact("activity_source")
 
 
@@ -23,11 +48,11 @@ class Utilization(Collector):
         found = []
         rates = device.utilization_rates()
         if rates is not None:
-            found += [(UTILIZATION_GPU, rates[0]), (UTILIZATION_MEMORY, rates[1])]
-        if self.wants(UTILIZATION_ENCODER):
-            found.append((UTILIZATION_ENCODER, device.encoder_utilization()))
-        if self.wants(UTILIZATION_DECODER):
-            found.append((UTILIZATION_DECODER, device.decoder_utilization()))
+            found += [(GPU, rates[0]), (MEMORY, rates[1])]
+        if self.wants(ENCODER):
+            found.append((ENCODER, device.encoder_utilization()))
+        if self.wants(DECODER):
+            found.append((DECODER, device.decoder_utilization()))
         return found
 
 
@@ -38,7 +63,8 @@ class Gpm(Collector):
 
     name = "gpm"
 
-    def __init__(self, pcie: bool = True) -> None:
+    def __init__(self, pcie: bool = True, profile: Profile = EVERYTHING) -> None:
+        super().__init__(profile)
         self._samplers: Dict[Tuple[int, Optional[int]], GpmSampler] = {}
         self._pcie = pcie
         self._gave_pcie: Set[int] = set()
@@ -55,9 +81,9 @@ class Gpm(Collector):
             values = sampler.read()
         except CannotAnswer:
             return []
-        if self._pcie and "pcie.throughput.tx" in values:
+        if self._pcie and GpmMetric.PCIE_TX_PER_SEC in values:
             self._gave_pcie.add(device.index)
-        found = [(GPM_SERIES[name], value) for name, value in values.items()]
+        found = [(GPM_SERIES[metric], value) for metric, value in values.items()]
         if found:
             found.append((ACTIVITY_SOURCE, "gpm"))
         return found

@@ -1,1 +1,1 @@
-"""Options: the derived settings and the value checks behind the config models."""
+"""Options: what the check derives from its validated instance, and the value checks behind the config models."""

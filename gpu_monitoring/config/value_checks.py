@@ -1,21 +1,28 @@
-"""The kinds of value an instance option takes: each checks its type and range, with an error that
-names the option and what it accepts. config_models/validators.py says which option takes which."""
+"""The kinds of value an option takes: each checks its type and range, with an error that names the
+option and what it accepts. config.rules says which option takes which; the models and the sidecar's
+command line (whose install has no datadog_checks.base) both check with them."""
 
-import difflib
 import math
-from typing import Any, Collection, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import urlsplit
-
-from datadog_checks.base import ConfigurationError
 
 # sockaddr_un holds 108 bytes with the terminating NUL: a longer path cannot be bound or connected.
 MAX_SOCKET_PATH_BYTES = 107
 
 
+class OptionError(Exception):
+    """A value an option refuses: the message names the option; `requirement` says what it accepts. The
+    models raise it as a ConfigurationError; not a ValueError, which pydantic would wrap in its report."""
+
+    def __init__(self, name: str, requirement: str) -> None:
+        super().__init__(f"`{name}` {requirement}")
+        self.requirement = requirement
+
+
 def text(name: str, value: Any) -> str:
     # A NUL cannot be in a path or a URL: the OS calls fail on it at every run instead.
     if not isinstance(value, str) or not value.strip() or "\0" in value:
-        raise ConfigurationError(f"`{name}` must be a non-empty string; got {value!r}")
+        raise OptionError(name, f"must be a non-empty string; got {value!r}")
     return value
 
 
@@ -23,9 +30,7 @@ def socket_path(name: str, value: Any) -> str:
     """A unix socket's path, short enough for AF_UNIX."""
     text(name, value)
     if len(value.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
-        raise ConfigurationError(
-            f"`{name}` must be a unix socket path of at most {MAX_SOCKET_PATH_BYTES} bytes; got {value!r}"
-        )
+        raise OptionError(name, f"must be a unix socket path of at most {MAX_SOCKET_PATH_BYTES} bytes; got {value!r}")
     return value
 
 
@@ -40,35 +45,20 @@ def url(name: str, value: Any, example: str) -> str:
     except ValueError:
         good = False
     if not good or any(c.isspace() for c in value):
-        raise ConfigurationError(f"`{name}` must be an http(s) URL such as {example}; got {value!r}")
+        raise OptionError(name, f"must be an http(s) URL such as {example}; got {value!r}")
     return value
 
 
 def choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """One of a few words."""
     if value not in choices:
-        raise ConfigurationError(f"`{name}` must be one of {', '.join(choices)}; got {value!r}")
+        raise OptionError(name, f"must be one of {', '.join(choices)}; got {value!r}")
     return value
-
-
-def unknown(instance: Dict[str, Any], known: Collection[str]) -> None:
-    """Refuses an option no one reads: a misspelt one would otherwise be its default without a word."""
-    for name in instance:
-        if name in known or _tooling(name):
-            continue
-        close = difflib.get_close_matches(str(name), sorted(known), n=1)
-        hint = f"did you mean `{close[0]}`?" if close else "conf.yaml.example lists the options"
-        raise ConfigurationError(f"unknown option `{name}`; {hint}")
-
-
-def _tooling(name: Any) -> bool:
-    # Datadog's development tooling adds its own, such as ddev's `__memory_profiling_tags`.
-    return isinstance(name, str) and name.startswith("__")
 
 
 def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigurationError(f"`{name}` must be true or false; got {value!r}")
+        raise OptionError(name, f"must be true or false; got {value!r}")
     return value
 
 
@@ -81,7 +71,7 @@ def number(
     if isinstance(value, bool) or not isinstance(value, kinds) or not _in_range(value, minimum, maximum, strict):
         what = "an integer" if integer else "a finite number"
         bounds = (">" if strict else ">=") + f" {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
-        raise ConfigurationError(f"`{name}` must be {what} {bounds}; got {value!r}")
+        raise OptionError(name, f"must be {what} {bounds}; got {value!r}")
     return value
 
 
@@ -97,21 +87,21 @@ def _in_range(value: float, minimum: float, maximum: Optional[float], strict: bo
 
 def _list(name: str, value: Any) -> list:
     if not isinstance(value, list):
-        raise ConfigurationError(f"`{name}` must be a list; got {value!r}")
+        raise OptionError(name, f"must be a list; got {value!r}")
     return value
 
 
 def strings(name: str, value: Any) -> List[str]:
     values = _list(name, value)
     if not all(isinstance(v, str) and v.strip() for v in values):
-        raise ConfigurationError(f"`{name}` must be a list of non-empty strings; got {values!r}")
+        raise OptionError(name, f"must be a list of non-empty strings; got {values!r}")
     return values
 
 
 def integers(name: str, value: Any) -> List[int]:
     values = _list(name, value)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise ConfigurationError(f"`{name}` must be a list of positive integers (XID codes); got {values!r}")
+        raise OptionError(name, f"must be a list of positive integers (XID codes); got {values!r}")
     return values
 
 
@@ -119,15 +109,15 @@ def names(name: str, value: Any, allowed: Sequence[str]) -> List[str]:
     values = strings(name, value)
     unknown = sorted(set(values) - set(allowed))
     if unknown:
-        raise ConfigurationError(f"`{name}` has unknown collectors {unknown}; choose from {', '.join(allowed)}")
+        raise OptionError(name, f"has unknown collectors {unknown}; choose from {', '.join(allowed)}")
     return values
 
 
 def prices(name: str, value: Any, maximum: float) -> Dict[str, float]:
     """Non-blank names (GPU models or globs) mapped to finite numbers from 0 to `maximum`."""
     if not isinstance(value, dict) or not all(_price(k, v, maximum) for k, v in value.items()):
-        raise ConfigurationError(
-            f"`{name}` must map GPU model names or globs to finite prices >= 0 and <= {maximum:g} "
+        raise OptionError(
+            name, f"must map GPU model names or globs to finite prices >= 0 and <= {maximum:g} "
             f"(e.g. 'NVIDIA H100*': 4.5); got {value!r}"
         )
     return value
@@ -138,6 +128,6 @@ def _price(model: Any, price: Any, maximum: float) -> bool:
         return False
     try:
         number("price", price, 0, maximum)
-    except ConfigurationError:
+    except OptionError:
         return False
     return True

@@ -4,6 +4,10 @@
 #     make config
 
 
+def shared_process_isolation():
+    return False
+
+
 def instance_collect_processes():
     return True
 

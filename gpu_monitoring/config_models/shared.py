@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from datadog_checks.base.utils.functions import identity
 from datadog_checks.base.utils.models import validation
 
-from gpu_monitoring.config_models import validators
+from gpu_monitoring.config_models import defaults, validators
 
 
 class SharedConfig(BaseModel):
@@ -21,6 +21,8 @@ class SharedConfig(BaseModel):
         arbitrary_types_allowed=True,
         frozen=True,
     )
+    loader: Optional[str] = None
+    process_isolation: Optional[bool] = None
     service: Optional[str] = None
 
     @model_validator(mode='before')
@@ -33,6 +35,8 @@ class SharedConfig(BaseModel):
         field_name = field.alias or info.field_name
         if field_name in info.context['configured_fields']:
             value = getattr(validators, f'shared_{info.field_name}', identity)(value, field=field)
+        else:
+            value = getattr(defaults, f'shared_{info.field_name}', lambda: value)()
 
         return validation.utils.make_immutable(value)
 

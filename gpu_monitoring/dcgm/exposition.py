@@ -13,21 +13,36 @@ from typing import Collection, Dict, List, Optional, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_monitoring.metrics.names import (
+    DRAM_ACTIVE,
+    FP16_ACTIVE,
+    FP32_ACTIVE,
+    FP64_ACTIVE,
+    GRAPHICS_ACTIVE,
+    NVLINK_THROUGHPUT_RX,
+    NVLINK_THROUGHPUT_TX,
+    PCIE_THROUGHPUT_RX,
+    PCIE_THROUGHPUT_TX,
+    SM_ACTIVE,
+    SM_OCCUPANCY,
+    TENSOR_ACTIVE,
+)
+
 # DCGM's ratios (0-1) are sent as percent, as GPM's are; its PCIe and NVLink fields are bytes per second.
 PERCENT = 100.0
 FIELDS: Dict[str, Tuple[str, float]] = {
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("graphics_active", PERCENT),
-    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", PERCENT),
-    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", PERCENT),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", PERCENT),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", PERCENT),
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active", PERCENT),
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active", PERCENT),
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active", PERCENT),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie.throughput.tx", 1.0),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie.throughput.rx", 1.0),
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink.throughput.tx", 1.0),
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink.throughput.rx", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (GRAPHICS_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_SM_ACTIVE": (SM_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_SM_OCCUPANCY": (SM_OCCUPANCY, PERCENT),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (TENSOR_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_DRAM_ACTIVE": (DRAM_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": (FP64_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": (FP32_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": (FP16_ACTIVE, PERCENT),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": (PCIE_THROUGHPUT_TX, 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": (PCIE_THROUGHPUT_RX, 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": (NVLINK_THROUGHPUT_TX, 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": (NVLINK_THROUGHPUT_RX, 1.0),
 }
 # Fields that move at every one of DCGM's samples while a GPU is powered, idle or not: a page whose
 # lines of them stand still is a page DCGM no longer updates (freshness.py). The energy counter

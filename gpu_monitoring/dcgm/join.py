@@ -10,11 +10,17 @@ NVLink throughput) stays: DCGM fills only what is missing, and says so in `activ
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from gpu_monitoring.dcgm.exposition import METRICS, Sample, dcgm_key
+from gpu_monitoring.metrics.names import (
+    NVLINK_THROUGHPUT_RX,
+    NVLINK_THROUGHPUT_TX,
+    PCIE_THROUGHPUT_RX,
+    PCIE_THROUGHPUT_TX,
+)
 from gpu_monitoring.snapshot import Device, MigInstance, Snapshot
 
 SOURCE = "dcgm"
 # Series of the whole GPU's links; every other field is activity.
-LINK_METRICS = frozenset({"pcie.throughput.tx", "pcie.throughput.rx", "nvlink.throughput.tx", "nvlink.throughput.rx"})
+LINK_METRICS = frozenset({PCIE_THROUGHPUT_TX, PCIE_THROUGHPUT_RX, NVLINK_THROUGHPUT_TX, NVLINK_THROUGHPUT_RX})
 
 Entity = Union[Device, MigInstance]
 

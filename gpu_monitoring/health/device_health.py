@@ -7,6 +7,31 @@ from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Opt
 
 from gpu_monitoring.health import recovery_actions, xid
 from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.names import (
+    CLOCKS_EVENT_GPU_IDLE,
+    CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
+    CLOCKS_EVENT_HW_THERMAL_SLOWDOWN,
+    CLOCKS_EVENT_SW_THERMAL_SLOWDOWN,
+    ECC_ERRORS_UNCORRECTED,
+    FABRIC_HEALTH_ACCESS_TIMEOUT_RECOVERY,
+    FABRIC_HEALTH_DEGRADED_BANDWIDTH,
+    FABRIC_HEALTH_ROUTE_RECOVERY,
+    FABRIC_HEALTH_ROUTE_UNHEALTHY,
+    FABRIC_HEALTH_SUMMARY,
+    FABRIC_STATE,
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_GENERATION_MAX,
+    PCIE_LINK_WIDTH,
+    PCIE_LINK_WIDTH_MAX,
+    REMAPPED_ROWS_FAILED,
+    REMAPPED_ROWS_PENDING,
+    RETIRED_PAGES_DOUBLE_BIT,
+    RETIRED_PAGES_PENDING,
+    SM_ACTIVE,
+    TEMPERATURE,
+    TEMPERATURE_SLOWDOWN_THRESHOLD,
+    UTILIZATION_GPU,
+)
 from gpu_monitoring.snapshot import Device, Event
 
 
@@ -79,7 +104,7 @@ def _events(health: Health, device: Device, events: Sequence[Event], ignored: se
     also logs as XID 154."""
     kinds = {event.kind for event in events}
     xids = Counter(event.code for event in events if event.kind == "xid") if "xid" in kinds else Counter()
-    on_nvswitch = "fabric.state" in device.metrics  # a GPU that registers with an NVLink fabric
+    on_nvswitch = FABRIC_STATE in device.metrics  # a GPU that registers with an NVLink fabric
     for code, count in xids.items():
         info = xid.in_context(code, xids.keys(), on_nvswitch)
         if code not in ignored and info.status is not Status.OK:
@@ -101,24 +126,24 @@ DBE, RECOVERY, UNAVAILABLE = "dbe", "recovery", "unavailable"
 
 def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
     m = device.metrics
-    now, before = m.get("ecc.errors.uncorrected"), (previous.metrics if previous else {}).get("ecc.errors.uncorrected")
+    now, before = m.get(ECC_ERRORS_UNCORRECTED), (previous.metrics if previous else {}).get(ECC_ERRORS_UNCORRECTED)
     if now is not None and before is not None and now > before:
         health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run", hold=DBE,
                    reset=True)
-    if m.get("remapped_rows.failed"):
+    if m.get(REMAPPED_ROWS_FAILED):
         health.add(Status.CRITICAL, "row remapping failed: the GPU needs service")
-    if m.get("retired_pages.pending") and m.get("retired_pages.double_bit"):
+    if m.get(RETIRED_PAGES_PENDING) and m.get(RETIRED_PAGES_DOUBLE_BIT):
         health.add(Status.CRITICAL, "page retirement pending after double-bit errors: reboot to retire")
-    if m.get("remapped_rows.pending"):
+    if m.get(REMAPPED_ROWS_PENDING):
         health.add(Status.WARNING, "row remap pending: reset the GPU to apply it")
 
 
 def _thermal(health: Health, m: dict, margin: float) -> None:
-    if m.get("clocks_event.hw_thermal_slowdown") or m.get("clocks_event.sw_thermal_slowdown"):
+    if m.get(CLOCKS_EVENT_HW_THERMAL_SLOWDOWN) or m.get(CLOCKS_EVENT_SW_THERMAL_SLOWDOWN):
         health.add(Status.WARNING, "thermal slowdown is lowering clocks")
-    if m.get("clocks_event.hw_power_brake_slowdown"):
+    if m.get(CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN):
         health.add(Status.WARNING, "hardware power-brake slowdown is lowering clocks")
-    temperature, threshold = m.get("temperature"), m.get("temperature.slowdown_threshold")
+    temperature, threshold = m.get(TEMPERATURE), m.get(TEMPERATURE_SLOWDOWN_THRESHOLD)
     if temperature is not None and threshold and temperature >= threshold - margin:
         health.add(
             Status.WARNING,
@@ -198,10 +223,10 @@ class NvLinkMemory:
 
 
 def _pcie(health: Health, m: dict) -> None:
-    width, max_width = m.get("pcie.link.width"), m.get("pcie.link.width.max")
-    gen, max_gen = m.get("pcie.link.generation"), m.get("pcie.link.generation.max")
+    width, max_width = m.get(PCIE_LINK_WIDTH), m.get(PCIE_LINK_WIDTH_MAX)
+    gen, max_gen = m.get(PCIE_LINK_GENERATION), m.get(PCIE_LINK_GENERATION_MAX)
     # An idle GPU lowers its link generation to save power; only a busy one is judged on it.
-    busy = not m.get("clocks_event.gpu_idle") and m.get("utilization.gpu", m.get("sm_active", 0)) > 0
+    busy = not m.get(CLOCKS_EVENT_GPU_IDLE) and m.get(UTILIZATION_GPU, m.get(SM_ACTIVE, 0)) > 0
     degraded_width = width is not None and max_width and width < max_width
     degraded_gen = busy and gen is not None and max_gen and gen < max_gen
     if degraded_width or degraded_gen:
@@ -219,10 +244,10 @@ FABRIC_COMPLETED = 3
 FABRIC_UNHEALTHY, FABRIC_LIMITED_CAPACITY = 2, 3
 # The fabric health flags that degrade a GPU's NVLink traffic, in the words a message gives them.
 FABRIC_WARNINGS = {
-    "fabric.health.degraded_bandwidth": "bandwidth degraded",
-    "fabric.health.route_recovery": "route recovery in progress",
-    "fabric.health.route_unhealthy": "a route is unhealthy",
-    "fabric.health.access_timeout_recovery": "recovering from an access timeout",
+    FABRIC_HEALTH_DEGRADED_BANDWIDTH: "bandwidth degraded",
+    FABRIC_HEALTH_ROUTE_RECOVERY: "route recovery in progress",
+    FABRIC_HEALTH_ROUTE_UNHEALTHY: "a route is unhealthy",
+    FABRIC_HEALTH_ACCESS_TIMEOUT_RECOVERY: "recovering from an access timeout",
 }
 FABRIC_MANAGER = "check nvidia-fabricmanager and its log on this node"
 
@@ -231,12 +256,12 @@ def _fabric(health: Health, device: Device, registered_before: bool, grace_over:
     """A GPU on an NVLink fabric runs no CUDA work until the fabric manager has registered it. One
     still registering after the grace period, one that was registered and is no longer, and one
     whose registration failed or whose configuration the fabric finds incorrect (`fabric_error` names
-    each, collectors.fabric) are CRITICAL. A GPU with no fabric (state NOT_SUPPORTED, or a driver that
+    each, nvml.fabric) are CRITICAL. A GPU with no fabric (state NOT_SUPPORTED, or a driver that
     does not answer) has no fabric.state series and nothing to judge."""
     m = device.metrics
     for value in device.fabric_untrusted:
         health.add(Status.WARNING, f"NVLink fabric {value} is not one NVML defines: not trusted")
-    state = m.get("fabric.state")
+    state = m.get(FABRIC_STATE)
     if device.fabric_error:
         health.add(Status.CRITICAL, f"NVLink fabric {device.fabric_error}: CUDA work cannot use this GPU; "
                                     f"{FABRIC_MANAGER}")
@@ -244,7 +269,7 @@ def _fabric(health: Health, device: Device, registered_before: bool, grace_over:
         lost = "lost its NVLink fabric registration" if registered_before else "not registered with its NVLink fabric"
         health.add(Status.CRITICAL, f"{lost} (state: {FABRIC_REGISTERING[state]}): CUDA work cannot start on "
                                     f"this GPU; {FABRIC_MANAGER}")
-    summary = m.get("fabric.health.summary")
+    summary = m.get(FABRIC_HEALTH_SUMMARY)
     if summary == FABRIC_UNHEALTHY:
         health.add(Status.CRITICAL, f"NVLink fabric health is unhealthy; {FABRIC_MANAGER}")
     elif summary == FABRIC_LIMITED_CAPACITY:
@@ -267,7 +292,7 @@ class FabricMemory:
         """Add this run's registered GPUs; only GPUs this run lists are kept."""
         self._registered = frozenset(
             d.uuid for d in devices
-            if d.uuid and (d.uuid in self._registered or d.metrics.get("fabric.state") == FABRIC_COMPLETED)
+            if d.uuid and (d.uuid in self._registered or d.metrics.get(FABRIC_STATE) == FABRIC_COMPLETED)
         )
 
 

@@ -26,13 +26,14 @@ from typing import Dict, Iterable, List, Optional
 
 from gpu_monitoring.health.device_health import Health, Holdable
 from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.names import ECC_ERRORS_CORRECTED, ECC_ERRORS_UNCORRECTED, ENERGY_CONSUMED
 from gpu_monitoring.snapshot import Device
 
 NODE = "node"
 WINDOW = 7 * 86400
 ESCALATE_AFTER = 3
 # The counters the driver restarts when it loads: one that went back says it was loaded again.
-DRIVER_LOAD_COUNTERS = ("energy.consumed", "ecc.errors.corrected", "ecc.errors.uncorrected")
+DRIVER_LOAD_COUNTERS = (ENERGY_CONSUMED, ECC_ERRORS_CORRECTED, ECC_ERRORS_UNCORRECTED)
 
 
 @dataclass

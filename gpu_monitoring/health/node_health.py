@@ -16,6 +16,17 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.names import (
+    NETWORK_PORT_ERRORS_LINK_DOWNED,
+    NETWORK_PORT_ERRORS_LINK_ERROR_RECOVERY,
+    NETWORK_PORT_ERRORS_RCV,
+    NETWORK_PORT_ERRORS_SYMBOL,
+    NETWORK_PORT_ERRORS_XMIT_DISCARDS,
+    NETWORK_PORT_RATE,
+    NETWORK_PORT_THROUGHPUT_RX,
+    NETWORK_PORT_THROUGHPUT_TX,
+    NETWORK_PORT_UP,
+)
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.snapshot import NetworkPort, PciFunction, Snapshot
 
@@ -34,13 +45,13 @@ REFERENCE_RATE = 400.0
 # The counters/ files each error series counts, and the data counters' unit: port_rcv_data and
 # port_xmit_data count octets divided by 4 (kernel Documentation/ABI/stable/sysfs-class-infiniband).
 ERRORS = {
-    "link_downed": "network.port.errors.link_downed",
-    "symbol_error": "network.port.errors.symbol",
-    "link_error_recovery": "network.port.errors.link_error_recovery",
-    "port_rcv_errors": "network.port.errors.rcv",
-    "port_xmit_discards": "network.port.errors.xmit_discards",
+    "link_downed": NETWORK_PORT_ERRORS_LINK_DOWNED,
+    "symbol_error": NETWORK_PORT_ERRORS_SYMBOL,
+    "link_error_recovery": NETWORK_PORT_ERRORS_LINK_ERROR_RECOVERY,
+    "port_rcv_errors": NETWORK_PORT_ERRORS_RCV,
+    "port_xmit_discards": NETWORK_PORT_ERRORS_XMIT_DISCARDS,
 }
-THROUGHPUT = {"port_rcv_data": "network.port.throughput.rx", "port_xmit_data": "network.port.throughput.tx"}
+THROUGHPUT = {"port_rcv_data": NETWORK_PORT_THROUGHPUT_RX, "port_xmit_data": NETWORK_PORT_THROUGHPUT_TX}
 BYTES_PER_DATA_WORD = 4
 
 
@@ -127,9 +138,9 @@ class NodeJudge:
         self._told = problem
 
     def _series(self, port: NetworkPort, timestamp: float) -> PortSeries:
-        values: Dict[str, float] = {"network.port.up": int(_up(port))}
+        values: Dict[str, float] = {NETWORK_PORT_UP: int(_up(port))}
         if port.rate_gbps is not None:
-            values["network.port.rate"] = port.rate_gbps
+            values[NETWORK_PORT_RATE] = port.rate_gbps
         values.update({name: port.counters[key] for key, name in ERRORS.items() if key in port.counters})
         before = self._previous.get((port.device, port.port))
         if before is not None and timestamp > before[0]:

@@ -1,21 +1,22 @@
 """Service check statuses, and a service check that says why and logs each change of reason once."""
 
 from enum import IntEnum
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from datadog_checks.base import AgentCheck
-from datadog_checks.base.constants import ServiceCheck
+# The sidecar, which has no Agent, judges with these statuses too: the Agent's base is for type hints only.
+if TYPE_CHECKING:
+    from datadog_checks.base import AgentCheck
 
 
 class Status(IntEnum):
     """A service check status, ranked from OK to CRITICAL (the worst of several is their max).
 
-    The values are the Agent's own, so a Status is sent as it is; the names are those messages
-    and reports print."""
+    The values are the Agent's own (datadog_checks.base.constants.ServiceCheck: OK 0, WARNING 1,
+    CRITICAL 2), so a Status is sent as it is; the names are those messages and reports print."""
 
-    OK = ServiceCheck.OK
-    WARNING = ServiceCheck.WARNING
-    CRITICAL = ServiceCheck.CRITICAL
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
 
 
 class ReasonedServiceCheck:
@@ -25,7 +26,7 @@ class ReasonedServiceCheck:
     `critical` for a CRITICAL status where that line differs), and `cleared` at INFO when the
     reason goes away."""
 
-    def __init__(self, check: AgentCheck, name: str, tags: List[str], problem: str, cleared: str,
+    def __init__(self, check: "AgentCheck", name: str, tags: List[str], problem: str, cleared: str,
                  critical: Optional[str] = None):
         self._check = check
         self._name = name

@@ -7,25 +7,25 @@ kubelet refuses the one it holds, and asks at most once per TTL however often it
 The token goes to the kubelet's URL and nowhere else: redirects are refused, and no message the
 client makes (its own, a library's, or text the kubelet sent) carries the token. Each request has
 one deadline for the whole exchange, from connecting to the answer's last byte, and reads at most
-MAX_BODY_BYTES of the answer.
+MAX_BODY_BYTES of the answer (http_get.bounded_get). The HTTP client is the caller's: the check
+gives the Agent's own (net.agent_http.AgentHttp).
 """
 
+import http.client
 import logging
 import os
 import re
+import ssl
 import time
 from collections import deque
-from typing import Deque, List, Optional, Set, Tuple
-
-import requests
-import urllib3
+from typing import Callable, Deque, List, Optional, Set
 
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.kube.pod_list import PodInfo
 from gpu_monitoring.kube.pod_list_reader import PodListReader
 from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded
-from gpu_monitoring.net.http_get import bounded_get, http_wrapper, reason_of
+from gpu_monitoring.net.http_get import Answer, Peer, bounded_get
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,9 @@ REDACTED = "<redacted>"
 # A credential in text a server or library wrote, ours or another's (an RFC 6750 token after the
 # scheme as headers spell it; this module's own messages say "bearer token" in lower case).
 _BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9._~+/-]{8,}=*")
+
+# What reaches the kubelet, given whether to verify its certificate and the CA to verify it against.
+HttpClient = Callable[[bool, Optional[str]], Peer]
 
 
 class KubeletError(Exception):
@@ -63,7 +66,7 @@ class KubeletClient:
     A pod with a field of the wrong type is left out of the list, with one log line while it stays
     so; only an answer that is no pod list at all fails the read.
 
-    `requests` counts the requests sent, a retry after a 401 included.
+    `requests` counts the requests sent, a retry after a 401 included. `http` makes the HTTP client.
     """
 
     def __init__(
@@ -74,6 +77,8 @@ class KubeletClient:
         tls_verify: bool = True,
         ttl: float = DEFAULT_TTL,
         timeout: float = DEFAULT_TIMEOUT,
+        *,
+        http: HttpClient,
     ):
         self.url = url
         self.token_path = token_path
@@ -89,7 +94,7 @@ class KubeletClient:
         self._asked_at: Optional[float] = None
         self._pods: List[PodInfo] = []
         self._error: Optional[KubeletError] = None
-        self._http = http_wrapper(tls_verify, self.ca_path)
+        self._http = http(tls_verify, self.ca_path)
         self._reader = PodListReader()
         self._skipped: Set[str] = set()
 
@@ -129,15 +134,15 @@ class KubeletClient:
         self._check_ca_file()
         if self._token is None and self.token_path:
             self._token = self._read_token()
-        status, body = self._get(deadline)
-        if status == 401 and self.token_path:
+        answer = self._get(deadline)
+        if answer.status == 401 and self.token_path:
             # The token may have been rotated on disk since it was read; a retry with the same
             # token would only be refused again.
             previous, self._token = self._token, self._read_token()
             if self._token != previous:
-                status, body = self._get(deadline)
-        self._check_status(status, body)
-        return self._parse(body)
+                answer = self._get(deadline)
+        self._check_status(answer.status, answer.body)
+        return self._parse(answer.body)
 
     def _deadline(self) -> Deadline:
         try:
@@ -145,23 +150,23 @@ class KubeletClient:
         except ValueError as e:
             raise KubeletError(Status.CRITICAL, f"the kubelet is not asked: kubelet_timeout is wrong ({e})") from None
 
-    def _get(self, deadline: Deadline) -> Tuple[int, bytes]:
-        """The status and body of one request, all of it within `deadline` (http_get.bounded_get)."""
+    def _get(self, deadline: Deadline) -> Answer:
+        """One request, all of it within `deadline`."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         self.requests += 1
         try:
             return bounded_get(self._http, self.url, deadline, MAX_BODY_BYTES, headers)
         except ReadLimitExceeded as e:
             raise self._limit_error(e) from None
-        except requests.exceptions.SSLError as e:
+        except ssl.SSLError as e:
             raise KubeletError(Status.CRITICAL, self._tls_failure(e)) from e
-        except requests.exceptions.ConnectionError as e:
+        except OSError as e:
             raise KubeletError(
                 Status.WARNING,
-                f"cannot connect to the kubelet at {self.url}: {reason_of(e)}; check kubelet_url and that it runs",
+                f"cannot connect to the kubelet at {self.url}: {e}; check kubelet_url and that it runs",
             ) from e
-        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
-            raise KubeletError(Status.CRITICAL, f"cannot request {self.url}: {reason_of(e)}; check kubelet_url") from e
+        except http.client.HTTPException as e:
+            raise KubeletError(Status.CRITICAL, f"cannot request {self.url}: {e}; check kubelet_url") from e
 
     def _limit_error(self, error: ReadLimitExceeded) -> KubeletError:
         if error.reason == "too_large":
@@ -177,7 +182,7 @@ class KubeletClient:
     def _tls_failure(self, error: Exception) -> str:
         trusted = f"the CA in {self.ca_path}" if self.ca_path else "the system CA bundle"
         return (
-            f"TLS verification of the kubelet at {self.url} failed against {trusted}: {reason_of(error)}; "
+            f"TLS verification of the kubelet at {self.url} failed against {trusted}: {error}; "
             "set kubelet_ca_path to the CA that signed the kubelet's serving certificate, "
             "or kubelet_tls_verify: false"
         )

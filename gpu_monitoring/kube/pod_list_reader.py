@@ -21,9 +21,14 @@ whole answer is decoded and read as usual, so a cut can cost time, never a wrong
 import re
 from typing import Dict, List, Optional, Tuple, Union
 
-from datadog_checks.base.utils.format import json
-
 from gpu_monitoring.kube.pod_list import PodInfo, pod_list_items, read_pod
+
+# orjson where it is installed, as the Agent's base decodes JSON
+# (datadog_checks.base.utils.format._json); the standard library's otherwise. Both raise ValueError.
+try:
+    from orjson import loads as decode
+except ImportError:
+    from json import loads as decode
 
 # `"items": [` as a key of some object; the kubelet's PodList writes it once, last.
 _ITEMS = re.compile(rb'[{,]\s*"items"\s*:\s*\[')
@@ -49,7 +54,7 @@ class PodListReader:
         """ValueError when the answer is not JSON or not a pod list (RecursionError too deeply nested)."""
         reads = self._read_cut(body)
         if reads is None:
-            reads = [read_pod(item, i) for i, item in enumerate(pod_list_items(json.decode(body)))]
+            reads = [read_pod(item, i) for i, item in enumerate(pod_list_items(decode(body)))]
         return [r for r in reads if isinstance(r, PodInfo)], [r for r in reads if isinstance(r, str)]
 
     def _read_cut(self, body: bytes) -> Optional[List[Read]]:
@@ -77,7 +82,7 @@ class PodListReader:
 def _read_piece(text: bytes, index: int) -> Optional[Read]:
     """The pod one piece holds, or None when the piece is no JSON value on its own (a wrong cut)."""
     try:
-        item = json.decode(text)
+        item = decode(text)
     except (ValueError, RecursionError):
         return None
     return read_pod(item, index)
@@ -112,6 +117,6 @@ def _cut(body: bytes) -> Optional[Tuple[bytes, List[bytes]]]:
 
 def _is_empty_pod_list(frame: bytes) -> bool:
     try:
-        return pod_list_items(json.decode(frame)) == []
+        return pod_list_items(decode(frame)) == []
     except (ValueError, RecursionError):
         return False

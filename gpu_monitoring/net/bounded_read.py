@@ -45,20 +45,13 @@ class Deadline:
         return ReadLimitExceeded(f"no complete answer within {self.seconds:g}s", "timeout")
 
 
-def read_bounded(
-    read1: Callable[[int], bytes],
-    deadline: Deadline,
-    limit: int,
-    before_read: Optional[Callable[[float], None]] = None,
-) -> bytes:
-    """The body `read1` yields, read piece by piece as it arrives; `before_read` is given the seconds
-    left before each read, to cap the wait for it (a socket timeout)."""
+def read_bounded(read1: Callable[[int], bytes], deadline: Deadline, limit: int) -> bytes:
+    """The body `read1` yields, read piece by piece as it arrives, until it ends, the deadline passes
+    or it grows past `limit` bytes."""
     chunks: List[bytes] = []
     size = 0
     while True:
-        left = deadline.remaining()
-        if before_read is not None:
-            before_read(left)
+        deadline.remaining()  # raises ReadLimitExceeded once the deadline has passed
         chunk = read1(CHUNK_BYTES)
         if not chunk:
             return b"".join(chunks)

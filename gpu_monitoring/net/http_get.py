@@ -1,90 +1,123 @@
-"""One HTTP GET that ends by a deadline and stops at a size bound, over a kept-alive connection.
+"""One HTTP GET that ends by a deadline and stops at a size bound: how the kubelet's `/pods`,
+dcgm-exporter's `/metrics` and the sidecar's API are read.
 
-The kubelet's `/pods` is read this way: the Agent's HTTP wrapper (RequestsWrapper) with redirects
-refused and no proxy, the body streamed and read piece by piece (`bounded.read_bounded`), and a
-watchdog (`DeadlineWatch`) that ends the handshake and headers too.
+`bounded_get(peer, target, deadline, limit)` asks `peer` (a connection of this package's, or the
+Agent's HTTP wrapper on the check's side) for `target`. Every wait of the exchange, from connecting to
+the answer's last byte, ends by `deadline` (deadline_connection); the body is read as it arrives and
+stops at `limit` bytes, and one whose Content-Length says more is refused before any of it is read. A
+redirect is never followed and its body never read: the answer says where it pointed, the caller
+refuses it.
+
+Failures are the standard library's: ReadLimitExceeded for either bound; ssl.SSLError for TLS; OSError
+for a connection that cannot be made or breaks (ConnectionError when the peer closes it); and
+http.client.HTTPException for an answer that is no HTTP, http.client.IncompleteRead where the peer
+closed the connection before the length it declared.
 """
 
-import logging
-from typing import Mapping, Optional, Tuple
-
-import requests
-import urllib3
-from datadog_checks.base.utils.http import RequestsWrapper
+import http.client
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Protocol
 
 from gpu_monitoring.net.bounded_read import Deadline, check_declared_size, read_bounded
-from gpu_monitoring.net.deadline_watch import DeadlineWatch, watch_sessions
-
-log = logging.getLogger(__name__)
+from gpu_monitoring.net.deadline_connection import within
 
 
-def http_wrapper(tls_verify: bool = True, ca_path: Optional[str] = None) -> RequestsWrapper:
-    """The Agent's HTTP wrapper for a peer on this node; each request passes its own timeout, what is
-    left of its deadline."""
-    options = {
-        "tls_verify": tls_verify,
-        "tls_ca_cert": ca_path,
-        # The peer is on this node or its pod network: never reach it through a proxy.
-        "skip_proxy": True,
-        # A redirect could carry a credential elsewhere, and its answer could come from anyone.
-        "allow_redirects": False,
-    }
-    http = RequestsWrapper(options, {}, logger=log)
-    # Nor through the environment's proxy, CA bundle or .netrc settings: looking for them scans the
-    # whole environment on every request (about a third of a kept-alive request's CPU).
-    http.session.trust_env = False
-    # Node-local serving certificates come from a cluster CA or are self-signed; neither names
-    # issuer URLs to fetch, so chasing them would only add a connection and an error log per failure.
-    # Older bases (37.x, in Agents 7.72 and later) have no such setting: they always chase.
-    if hasattr(http, "aia_chasing_max_depth"):
-        http.aia_chasing_max_depth = 0
-    return http
+class Headers(Protocol):
+    def get(self, name: str) -> Optional[str]: ...  # case-insensitive
+
+
+class Response(Protocol):
+    status: int
+    headers: Headers
+
+    def read1(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class Peer(Protocol):
+    def send(self, target: str, headers: Mapping[str, str]) -> Response: ...
+
+    def discard(self) -> None:
+        """Close the connection: what an exchange left unread must not be taken for the next answer."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Headers
+    body: bytes  # b"" for a redirect
 
 
 def bounded_get(
-    http: RequestsWrapper, url: str, deadline: Deadline, limit: int, headers: Optional[Mapping[str, str]] = None
-) -> Tuple[int, bytes]:
-    """The status and body of one request, all of it within `deadline` and at most `limit` bytes of
-    body: socket timeouts bound each wait, read_bounded the body, and the watch the handshake and
-    headers as well. A redirect's body is never read (b""). Raises ReadLimitExceeded, or what
-    requests raises for a connection that fails."""
-    left = deadline.remaining()
-    watch_sessions(http.session)
-    with DeadlineWatch(left) as watch:
+    peer: Peer, target: str, deadline: Deadline, limit: int, headers: Optional[Mapping[str, str]] = None
+) -> Answer:
+    """The answer to one GET of `target`, all of it within `deadline` and at most `limit` bytes of body."""
+    with within(deadline):
         try:
-            response = http.get(url, extra_headers=headers, stream=True, timeout=(left, left), persist=True)
+            response = peer.send(target, headers or {})
             try:
-                return response.status_code, _body(response, deadline, limit)
+                answer = Answer(response.status, response.headers, _body(response, deadline, limit))
             finally:
                 response.close()
-        except requests.exceptions.Timeout:
-            # The library's text quotes the time left of the deadline, different every run: the
-            # reason must read the same while the fault lasts, or it is logged again every run.
+        except TimeoutError:
+            # A socket timeout is what was left of the deadline: the same words whichever bound noticed.
+            peer.discard()
             raise deadline.passed() from None
-        except Exception:
-            if watch.expired:
-                raise deadline.passed() from None
+        except BaseException:
+            peer.discard()
             raise
+    if _is_redirect(answer.status):
+        peer.discard()
+    return answer
 
 
-def _body(response: requests.Response, deadline: Deadline, limit: int) -> bytes:
-    """The body, decoded, as it arrives: the socket's timeout follows the deadline down, so a peer
-    that trickles bytes is cut off at the deadline, and a large answer at `limit`."""
-    if 300 <= response.status_code < 400:
-        return b""  # a redirect is refused whatever it says
-    check_declared_size(response.headers.get("Content-Length"), limit)
-    connection = getattr(response.raw, "connection", None)
-    sock = getattr(connection, "sock", None)
-    set_timeout = sock.settimeout if sock is not None else None
-    try:
-        return read_bounded(lambda size: response.raw.read1(size, decode_content=True), deadline, limit, set_timeout)
-    except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
-        raise deadline.passed() from None
+def _body(response: Response, deadline: Deadline, limit: int) -> bytes:
+    if _is_redirect(response.status):
+        return b""
+    declared = response.headers.get("Content-Length")
+    check_declared_size(declared, limit)
+    body = read_bounded(response.read1, deadline, limit)
+    # A coded body's declared length is the coding's, not the decoded body's (urllib3, which decodes,
+    # checks the coded length itself).
+    short = declared is not None and declared.isdigit() and len(body) < int(declared)
+    if short and not response.headers.get("Content-Encoding"):
+        raise http.client.IncompleteRead(body, int(declared) - len(body))
+    return body
 
 
-def reason_of(error: Exception) -> str:
-    """The innermost cause of a requests error, without urllib3's pool and retry wrapping."""
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    while reason is not None and reason.args and isinstance(reason.args[0], Exception):
-        reason = reason.args[0]
-    return str(reason if reason is not None else error)
+def _is_redirect(status: int) -> bool:
+    return 300 <= status < 400
+
+
+class ConnectionPeer:
+    """A Peer on one http.client connection that `connect` makes, made again once discarded.
+
+    A peer may close a kept-alive connection between GETs (its idle timeout, a restart): a GET on a
+    connection used before, that fails before any answer, is sent once more on a new connection within
+    the same deadline."""
+
+    def __init__(self, connect: Callable[[], http.client.HTTPConnection]) -> None:
+        self._connect = connect
+        self._connection: Optional[http.client.HTTPConnection] = None
+
+    def send(self, target: str, headers: Mapping[str, str]) -> http.client.HTTPResponse:
+        reused = self._connection is not None and self._connection.sock is not None
+        try:
+            return self._send(target, headers)
+        except ConnectionError:  # reset, broken pipe, closed without an answer
+            self.discard()
+            if not reused:
+                raise
+            return self._send(target, headers)
+
+    def _send(self, target: str, headers: Mapping[str, str]) -> http.client.HTTPResponse:
+        if self._connection is None:
+            self._connection = self._connect()
+        self._connection.request("GET", target, headers=dict(headers))
+        return self._connection.getresponse()
+
+    def discard(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pynvml
 
-from gpu_monitoring.nvml import library, processes, queries
+from gpu_monitoring.nvml import fabric, library, processes, queries
 from gpu_monitoring.nvml.array_room import Room
 from gpu_monitoring.nvml.errors import CannotAnswer
 
@@ -38,7 +38,7 @@ class NvmlDevice:
         self.address = handle_address(handle)  # what tells handles apart (events, MIG children)
         self.parent = parent
         self._bound: Dict[library.Call, library.Bound] = {}  # calls asked so far, bound to the handle
-        self._rooms: Dict[str, Room] = {}  # array size per query that fills one (nvml.listing)
+        self._rooms: Dict[str, Room] = {}  # array size per query that fills one (nvml.array_room)
         self._refused: Set[Tuple] = set()
         self._refused_names: Optional[List[str]] = None
         self._denied: Set[str] = set()  # refused for want of permission: worth telling, unlike "not supported"
@@ -229,12 +229,19 @@ class NvmlDevice:
     def pcie_link_max(self) -> Tuple[Optional[int], Optional[int]]:
         return self.ask(queries.PCIE_MAX_GENERATION), self.ask(queries.PCIE_MAX_WIDTH)
 
+    def sampled_pcie_throughput(self) -> Optional[Tuple[int, int]]:
+        """KiB/s (TX, RX) sampled over 20 ms per direction; None where the device cannot tell. RX is
+        not asked where TX is refused."""
+        tx = self.ask(queries.PCIE_SAMPLED[0])
+        rx = None if tx is None else self.ask(queries.PCIE_SAMPLED[1])
+        return None if rx is None else (tx, rx)
+
     # --- NVLink fabric ---------------------------------------------------------------------
 
-    def fabric_info(self) -> Optional[queries.FabricInfo]:
-        """The GPU's registration with its NVLink fabric; None where the driver has no fabric to
-        tell of (a GPU without NVSwitch, a driver before R550) or cannot answer this time."""
-        return self.ask_first(*queries.FABRIC)
+    def fabric_status(self) -> Optional[fabric.FabricStatus]:
+        """The GPU's registration with its NVLink fabric; None where the driver cannot tell of it (a
+        driver before R550) or cannot answer this time."""
+        return self.ask_first(*fabric.QUERIES)
 
     # --- MIG ----------------------------------------------------------------------------
 

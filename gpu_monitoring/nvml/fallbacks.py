@@ -9,7 +9,7 @@ up as from any other call.
 
 import ctypes
 import functools
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 import pynvml
 
@@ -18,6 +18,8 @@ from gpu_monitoring.nvml.library import Call, Filling, Query
 from gpu_monitoring.nvml.queries import scalar
 
 Reader = Callable[[NvmlDevice, int, int], Dict[str, float]]
+# What the PCIe byte counters' fallback gives: a sampled rate, under names of its own.
+SAMPLED_PCIE = ("pcie_tx_kib_per_s", "pcie_rx_kib_per_s")
 
 
 def _single(name: str, call: Call) -> Reader:
@@ -58,8 +60,6 @@ retired_double_bit = _single(
 retired_pending = _single("retired_pending", scalar("nvmlDeviceGetRetiredPagesPendingStatus"))
 
 _REMAPPED_ROWS = Query("nvmlDeviceGetRemappedRows", [ctypes.c_uint] * 4, lambda *rows: [row.value for row in rows])
-_PCIE_TX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES)
-_PCIE_RX = scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES)
 
 
 def remapped_rows(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
@@ -71,18 +71,10 @@ def remapped_rows(device: NvmlDevice, scope: int, links: int) -> Dict[str, float
             "remapped_pending": pending, "remapped_failed": failed}
 
 
-def sampled_pcie_throughput(device: NvmlDevice) -> List[int]:
-    """KiB/s (TX, RX) sampled over 20 ms per direction, empty where the device cannot tell. RX is
-    not asked where TX is refused."""
-    tx = device.ask(_PCIE_TX)
-    rx = None if tx is None else device.ask(_PCIE_RX)
-    return [] if rx is None else [tx, rx]
-
-
 def pcie_throughput(device: NvmlDevice, scope: int, links: int) -> Dict[str, float]:
     """The sampled rate: not the byte counters the fields give, so under names of its own for the
     collector to tell apart."""
-    return dict(zip(("pcie_tx_kib_per_s", "pcie_rx_kib_per_s"), sampled_pcie_throughput(device)))
+    return dict(zip(SAMPLED_PCIE, device.sampled_pcie_throughput() or ()))
 
 
 # One query per link (and counter), made when first asked: up to NVML_NVLINK_MAX_LINKS of each.

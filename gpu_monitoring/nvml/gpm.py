@@ -2,7 +2,8 @@
 
 import ctypes
 import logging
-from typing import Any, Dict, Optional
+from enum import IntEnum
+from typing import Any, Dict, Optional, Tuple
 
 import pynvml
 
@@ -14,24 +15,28 @@ from gpu_monitoring.nvml.queries import answered, plain
 
 log = logging.getLogger(__name__)
 
-GPM_METRICS = {
-    "graphics_active": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
-    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
-    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
-    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
-    "fp64_active": pynvml.NVML_GPM_METRIC_FP64_UTIL,
-    "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
-    "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL,
-}
+
+class GpmMetric(IntEnum):
+    """The GPM metrics read, as nvml.h numbers them (NVML_GPM_METRIC_*)."""
+
+    GRAPHICS_UTIL = pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL
+    SM_UTIL = pynvml.NVML_GPM_METRIC_SM_UTIL
+    SM_OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+    ANY_TENSOR_UTIL = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    DRAM_BW_UTIL = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+    FP64_UTIL = pynvml.NVML_GPM_METRIC_FP64_UTIL
+    FP32_UTIL = pynvml.NVML_GPM_METRIC_FP32_UTIL
+    FP16_UTIL = pynvml.NVML_GPM_METRIC_FP16_UTIL
+    PCIE_TX_PER_SEC = pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    PCIE_RX_PER_SEC = pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+
+
 # A whole GPU's PCIe traffic, MiB/s averaged over the interval, as bytes per second: exact where
 # the PCIe byte-counter fields are 32 bits wide and wrap many times an interval under load, and
 # sampled over 20 ms by nvmlDeviceGetPcieThroughput. GPU instances have no PCIe link of their own.
 MIB = 1 << 20
-PCIE_METRICS = {
-    "pcie.throughput.tx": pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
-    "pcie.throughput.rx": pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
-}
+PCIE_METRICS = (GpmMetric.PCIE_TX_PER_SEC, GpmMetric.PCIE_RX_PER_SEC)
+ACTIVITY_METRICS = tuple(metric for metric in GpmMetric if metric not in PCIE_METRICS)
 SCALE = dict.fromkeys(PCIE_METRICS, MIB)
 # pynvml's layouts without its per-attribute hooks, which each run's read of the answers would pay.
 _Metric = plain(pynvml.c_nvmlGpmMetric_t)
@@ -54,7 +59,7 @@ class GpmSampler:
         self.device = device
         self.gpu_instance_id = gpu_instance_id
         whole_gpu = gpu_instance_id is None
-        self.metrics = {**GPM_METRICS, **PCIE_METRICS} if pcie and whole_gpu else GPM_METRICS
+        self.metrics = ACTIVITY_METRICS + PCIE_METRICS if pcie and whole_gpu else ACTIVITY_METRICS
         self._samples = None
         self._queries: list = []
         self._takes: list = []  # the prepared nvmlGpm(Mig)SampleGet of each sample
@@ -63,7 +68,9 @@ class GpmSampler:
     def supported(self) -> bool:
         return self.device.gpm_supported
 
-    def read(self) -> Dict[str, float]:
+    def read(self) -> Dict[GpmMetric, float]:
+        """The averages since the previous read, by metric; empty at the first read and where the
+        GPU has no GPM. Raises CannotAnswer where NVML cannot give them."""
         if not self.supported():
             return {}  # a GPU before Hopper, asked every run: nothing to tell, no exception to raise
         if self._samples is None:
@@ -96,26 +103,26 @@ class GpmSampler:
         self._have_previous = False
 
 
-def _query(metrics: Dict[str, int], first: Any, second: Any) -> Any:
+def _query(metrics: Tuple[GpmMetric, ...], first: Any, second: Any) -> Any:
     """The averages from sample `first` to sample `second`, the query NVML fills."""
     query = MetricsGet()
     query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
     query.numMetrics = len(metrics)
     query.sample1, query.sample2 = first, second
-    for slot, metric_id in enumerate(metrics.values()):
-        query.metrics[slot].metricId = metric_id
+    for slot, metric in enumerate(metrics):
+        query.metrics[slot].metricId = metric
     return query
 
 
-def _metrics(metrics: Dict[str, int], query: Any) -> Dict[str, float]:
+def _metrics(metrics: Tuple[GpmMetric, ...], query: Any) -> Dict[GpmMetric, float]:
     try:
         library.call("nvmlGpmMetricsGet", query)
     except NvmlError as e:  # a lost GPU too: the device's own reads tell it
         raise CannotAnswer(str(e)) from e
     return {
-        name: metric.value * SCALE.get(name, 1)
-        for name, metric in zip(metrics, query.metrics)
-        if metric.nvmlReturn == pynvml.NVML_SUCCESS
+        metric: answer.value * SCALE.get(metric, 1)
+        for metric, answer in zip(metrics, query.metrics)
+        if answer.nvmlReturn == pynvml.NVML_SUCCESS
     }
 
 

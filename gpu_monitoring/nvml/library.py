@@ -157,7 +157,7 @@ Arrange = Callable[..., Tuple[Any, ...]]
 
 class Filling:
     """One NVML function that fills a caller's array of `struct` (processes, process samples,
-    retired pages) in one call: see nvml.listing for the room it keeps per device. `arrange` gives
+    retired pages) in one call: see nvml.array_room for the room it keeps per device. `arrange` gives
     the C arguments after the handle from the arguments of the ask, a pointer to the count and the
     array; `value` makes the answer of the entries and the arguments of the ask. NOT_FOUND answers
     no entries where `not_found_is_empty` (a sampling query with nothing new since the time asked).
@@ -243,15 +243,29 @@ Call = Union[Query, Binding, Filling]  # what Device.ask asks
 # --- the library and the node ----------------------------------------------------------------
 
 
+class LibraryPath(str):
+    """A libnvidia-ml file's path, with the option that gave it (the check's `nvml_library_path`, the
+    sidecar's `--nvml-library-path`): a file that cannot be loaded is named as the operator wrote it."""
+
+    option: str
+
+    def __new__(cls, path: str, option: str) -> "LibraryPath":
+        named = super().__new__(cls, path)
+        named.option = option
+        return named
+
+
 def load(library: Any) -> None:
     """Make `library` the one pynvml talks to: None for the dynamic linker's default search, a file
-    path, or an object with C function-pointer attributes (the simulator). pynvml keeps it in a
-    module global, so the last one loaded in a process serves every session in it."""
+    path (a LibraryPath names its option), or an object with C function-pointer attributes (the
+    simulator). pynvml keeps it in a module global, so the last one loaded in a process serves every
+    session in it."""
     if isinstance(library, str):
         try:
             loaded = ctypes.CDLL(library)
         except OSError as e:
-            raise LibraryUnavailable(f"could not load nvml_library_path {library}: {e}") from e
+            given = f"{library.option} {library}" if isinstance(library, LibraryPath) else library
+            raise LibraryUnavailable(f"could not load {given}: {e}") from e
     else:
         loaded = library
     if loaded is None and isinstance(pynvml.nvmlLib, ctypes.CDLL):
@@ -265,7 +279,7 @@ def load(library: Any) -> None:
             raise LibraryUnavailable(
                 f"{DEFAULT_LIBRARY} was not found by the dynamic linker ({e}); is the NVIDIA driver "
                 "installed and its library visible (LD_LIBRARY_PATH, the NVIDIA container runtime), "
-                "or should nvml_library_path point at it?"
+                "or should its path be given (the check's nvml_library_path, the sidecar's --nvml-library-path)?"
             ) from e
 
 

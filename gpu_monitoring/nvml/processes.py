@@ -1,4 +1,4 @@
-"""Process lists and per-process engine samples, each one NVML call (a `Filling`, see nvml.listing).
+"""Process lists and per-process engine samples, each one NVML call (a `Filling`, see nvml.array_room).
 
 These stand in for pynvml's bindings, which ask twice a time (count, then fill). The room learnt
 on one run serves the next, and the entries are read out of the room's array into plain data

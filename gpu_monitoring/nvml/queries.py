@@ -4,8 +4,7 @@
 
 import ctypes
 import functools
-import uuid
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import pynvml
 
@@ -48,7 +47,9 @@ Bar1Memory = plain(pynvml.c_nvmlBAR1Memory_t)
 Utilization = plain(pynvml.c_nvmlUtilization_t)
 
 
-def _versioned(version: int) -> Any:
+def versioned(version: int) -> Any:
+    """What sets a versioned structure's `version` before NVML fills it."""
+
     def prepare(structure: Any) -> None:
         structure.version = version
 
@@ -79,7 +80,7 @@ ENCODER = Query("nvmlDeviceGetEncoderUtilization", [ctypes.c_uint, ctypes.c_uint
 DECODER = Query("nvmlDeviceGetDecoderUtilization", [ctypes.c_uint, ctypes.c_uint], _first)
 # The v2 query adds `reserved` and counts it out of `used`; drivers before R510 have only v1.
 MEMORY = (
-    Query("nvmlDeviceGetMemoryInfo_v2", [MemoryV2], _memory, prepare=_versioned(pynvml.nvmlMemory_v2)),
+    Query("nvmlDeviceGetMemoryInfo_v2", [MemoryV2], _memory, prepare=versioned(pynvml.nvmlMemory_v2)),
     Query("nvmlDeviceGetMemoryInfo", [Memory], _memory),
 )
 BAR1 = Query("nvmlDeviceGetBAR1MemoryInfo", [Bar1Memory], lambda b: (b.bar1Total, b.bar1Used))
@@ -87,56 +88,11 @@ TEMPERATURE = scalar("nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
 FAN_SPEED = scalar("nvmlDeviceGetFanSpeed")
 PCIE_GENERATION = scalar("nvmlDeviceGetCurrPcieLinkGeneration")
 PCIE_WIDTH = scalar("nvmlDeviceGetCurrPcieLinkWidth")
+# KiB/s sampled over 20 ms: TX, then RX.
+PCIE_SAMPLED = (scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+                scalar("nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES))
 # (current, pending)
 MIG_MODE = Query("nvmlDeviceGetMigMode", [ctypes.c_uint, ctypes.c_uint], _both)
-
-
-# --- NVLink fabric (NVSwitch systems) ----------------------------------------------------------
-
-
-def _fabric_layout(summary: bool) -> type:
-    """nvmlGpuFabricInfo_v2_t, or _v3_t with the health summary, as CUDA 13's nvml.h lays them out.
-    Not pynvml's classes: they declare the state (nvmlGpuFabricState_t, an unsigned char in nvml.h)
-    as an unsigned int, whose three upper bytes are padding the driver need not clear."""
-    fields = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * pynvml.NVML_GPU_FABRIC_UUID_LEN),
-        ("status", ctypes.c_int),  # an nvmlReturn_t
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
-    ]
-    return type(f"nvmlGpuFabricInfo_v{3 if summary else 2}_t", (ctypes.Structure,),
-                {"_fields_": fields + ([("healthSummary", ctypes.c_ubyte)] if summary else [])})
-
-
-class FabricInfo(NamedTuple):
-    """A GPU's NVLink fabric registration as NVML reports it; `health_summary` None where the
-    driver knows only the v2 structure (before R580)."""
-
-    state: int
-    status: int  # an nvmlReturn_t, meaningful once the state is COMPLETED
-    clique_id: int
-    cluster_uuid: str
-    health_mask: int
-    health_summary: Optional[int]
-
-
-def _fabric(info: Any) -> FabricInfo:
-    return FabricInfo(info.state, info.status, info.cliqueId, str(uuid.UUID(bytes=bytes(info.clusterUuid))),
-                      info.healthMask, getattr(info, "healthSummary", None))
-
-
-def _fabric_query(version: int, summary: bool) -> Query:
-    layout = _fabric_layout(summary)
-    # nvml.h's NVML_STRUCT_VERSION: the structure's size in the low bytes, its version in the top one.
-    assert ctypes.sizeof(layout) == version & 0xFFFFFF, f"{layout.__name__} is not laid out as nvml.h says"
-    return Query("nvmlDeviceGetGpuFabricInfoV", [layout], _fabric, prepare=_versioned(version),
-                 key_args=(version >> 24,))
-
-
-# v3 (R580 on) first; R550 to R575 know v2 only and answer v3 ARGUMENT_VERSION_MISMATCH, once.
-FABRIC = (_fabric_query(pynvml.nvmlGpuFabricInfo_v3, True), _fabric_query(pynvml.nvmlGpuFabricInfo_v2, False))
 
 
 def _own_handle(handle: Output) -> Any:

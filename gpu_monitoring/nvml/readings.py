@@ -38,7 +38,7 @@ import pynvml
 
 from gpu_monitoring.nvml import fallbacks
 from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.fallbacks import Reader
+from gpu_monitoring.nvml.fallbacks import SAMPLED_PCIE, Reader
 from gpu_monitoring.nvml.fields import FieldBatch, FieldKey, Values
 
 
@@ -201,6 +201,18 @@ def _major(driver_version: Optional[str]) -> Optional[int]:
         return int(str(driver_version).split(".")[0])
     except ValueError:
         return None
+
+
+# The links nvml.h numbers a CRC counter field for.
+CRC_LINKS = len(CRC_FLIT_BY_LINK)
+
+
+def field(name: str, scope: int = 0) -> FieldKey:
+    """The key a collector asks for a reading by (scope 0 for a device value, else the link); a name
+    no reading (nor fallback) gives fails where the collector declares it."""
+    if name not in READINGS and name not in SAMPLED_PCIE:
+        raise ValueError(f"{name!r} is no reading of nvml.readings")
+    return name, scope
 
 
 LINK_COUNT: FrozenSet[FieldKey] = frozenset([("nvlink_link_count", 0)])

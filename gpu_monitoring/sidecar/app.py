@@ -6,12 +6,10 @@ import signal
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from gpu_monitoring import __version__
 from gpu_monitoring.collectors.node_reader import NodeReader
-from gpu_monitoring.dcgm import DcgmReader
-from gpu_monitoring.dcgm.outcome import carried
 from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.nvml.device import NvmlDevice
@@ -22,6 +20,11 @@ from gpu_monitoring.sidecar.journal import Journal, JournalLockedError
 from gpu_monitoring.sidecar.pump import BUFFER_EVENTS, EventPump
 from gpu_monitoring.sidecar.readiness import NvmlReadiness
 from gpu_monitoring.sidecar.server import ApiError, Response, UnixHttpServer, integer
+
+# The exporter's reader (prometheus_client's parser, an HTTP client) is loaded only by a sidecar told
+# to read one: most read none.
+if TYPE_CHECKING:
+    from gpu_monitoring.dcgm import DcgmReader
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class Sidecar:
         # The node's dcgm-exporter, read with every snapshot; its own lock: a slow exporter must not
         # hold NVML (and the event pump) for its deadline.
         self.dcgm_exporter_url = dcgm_exporter_url
-        self.dcgm = DcgmReader(dcgm_exporter_url) if dcgm_exporter_url else None
+        self.dcgm = _dcgm_reader(dcgm_exporter_url) if dcgm_exporter_url else None
         self.dcgm_lock = threading.Lock()
         self.snapshots_served = 0
         self.server = UnixHttpServer(socket_path, {
@@ -74,6 +77,8 @@ class Sidecar:
             self.readiness.learn(taken.devices)
             self.snapshots_served += 1
         if self.dcgm is not None:
+            from gpu_monitoring.dcgm.outcome import carried
+
             with self.dcgm_lock:
                 # Never None: a URL is configured. Finding the exporter (`auto`) takes the kubelet's
                 # pod list, which only the check reads.
@@ -117,11 +122,23 @@ class Sidecar:
             signal.signal(signum, lambda *_: threading.Thread(target=self.server.shutdown, daemon=True).start())
         level, line = self._startup_line()
         log.log(level, "%s", line)
+        self._first_read()
         self.pump.start()
         try:
             self.server.serve_forever(poll_interval=0.5)
         finally:
             self.close()
+
+    def _first_read(self) -> None:
+        """Read the node once before serving: a GPU that falls off the bus before the Agent's first
+        snapshot keeps what NVML told of it (its architecture, which the driver's record lacks, too)."""
+        with self.session_lock:
+            if not self.session.started:
+                return
+            try:
+                self.readiness.learn(self.reader.read().devices)
+            except NvmlError as e:
+                log.debug("the node's first read failed; the first snapshot reads it again: %s", e)
 
     def _startup_line(self) -> Tuple[int, str]:
         """What an operator checks first, and the level to log it at: WARNING while NVML or pod-resources fail."""
@@ -183,6 +200,12 @@ def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
                 raise
             log.info("journal %s is still held by another sidecar; waiting", directory)
             time.sleep(1)
+
+
+def _dcgm_reader(url: str) -> "DcgmReader":
+    from gpu_monitoring.dcgm import DcgmReader
+
+    return DcgmReader(url)
 
 
 def _model(device: NvmlDevice) -> str:

@@ -1,17 +1,20 @@
 """The check's side of the sidecar API: HTTP over the unix socket, snapshot and events.
 
 Each request, from connecting to the answer's last byte, ends within the client's timeout and
-reads at most MAX_RESPONSE_BYTES; what the answer holds is checked where it is read.
+reads at most MAX_RESPONSE_BYTES (http_get.bounded_get); what the answer holds is checked where it
+is read.
 """
 
 import http.client
 import json
-import socket
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlencode
 
-from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded, check_declared_size, read_bounded
+from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded
+from gpu_monitoring.net.deadline_connection import UnixConnection
+from gpu_monitoring.net.http_get import Answer, ConnectionPeer, bounded_get
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.snapshot import Event, Snapshot, json_typed, load
 
@@ -37,31 +40,6 @@ class EventsPage:
     lost: bool
 
 
-class _DeadlineSocket(socket.socket):
-    """A unix socket whose every receive waits at most for what is left of the deadline, so that
-    headers or a body sent a byte at a time end at the deadline too."""
-
-    def __init__(self, deadline: Deadline):
-        super().__init__(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.deadline = deadline
-
-    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
-        self.settimeout(self.deadline.remaining())
-        return super().recv_into(buffer, nbytes, flags)
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, deadline: Deadline):
-        super().__init__("localhost", timeout=deadline.remaining())
-        self.path = path
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        self.sock = _DeadlineSocket(self.deadline)
-        self.sock.settimeout(self.deadline.remaining())
-        self.sock.connect(self.path)
-
-
 class SidecarClient:
     def __init__(self, socket_path: str = protocol.DEFAULT_SOCKET, timeout: float = 10.0):
         self.socket_path = socket_path
@@ -82,48 +60,45 @@ class SidecarClient:
         except ValueError as e:
             raise SidecarUnavailable(f"sidecar at {self.socket_path} sent events this check cannot read: {e}") from e
 
-    def _check_complete(self, path: str, raw: bytes, content_length: Optional[str]) -> None:
-        """A connection closed before the length the answer declared: a sidecar that died mid-answer,
-        not one that sent something wrong."""
-        if content_length and content_length.isdigit() and len(raw) < int(content_length):
-            raise SidecarUnavailable(f"sidecar at {self.socket_path} closed the connection after {len(raw)} of the "
-                                     f"{content_length} bytes of its answer to {path}: did it stop or crash?")
-
     def get(self, path: str) -> Dict[str, Any]:
+        answer = self._answer(path)
         try:
-            deadline = Deadline(self.timeout)
-        except ValueError as e:
-            raise SidecarUnavailable(f"the sidecar is not asked: its client's timeout is wrong ({e})") from None
-        connection = _UnixConnection(self.socket_path, deadline)
-        try:
-            connection.request("GET", path)
-            response = connection.getresponse()
-            check_declared_size(response.getheader("Content-Length"), MAX_RESPONSE_BYTES)
-            raw = read_bounded(response.read1, deadline, MAX_RESPONSE_BYTES)
-            self._check_complete(path, raw, response.getheader("Content-Length"))
-        except FileNotFoundError as e:
-            raise SidecarUnavailable(f"no sidecar socket at {self.socket_path}: is the sidecar running on this node "
-                                     "and its socket directory mounted into the Agent?") from e
-        except (ReadLimitExceeded, TimeoutError) as e:
-            reason = e if isinstance(e, ReadLimitExceeded) else deadline.passed()
-            raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} wrongly: {reason}") from None
-        except (OSError, http.client.HTTPException, ValueError) as e:
-            raise SidecarUnavailable(f"cannot talk to the sidecar at {self.socket_path}: {e!r}") from e
-        finally:
-            connection.close()
-        try:
-            body = json.loads(raw)
+            body = json.loads(answer.body)
         except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past Python's stack
             raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} with something not JSON") from e
-        if response.status != 200:
+        if answer.status != 200:
             message = body.get("error") if isinstance(body, dict) else None
-            raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} with HTTP {response.status}: "
-                                     f"{message or raw[:200]!r}", status=response.status)
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} with HTTP {answer.status}: "
+                                     f"{message or answer.body[:200]!r}", status=answer.status)
         if not isinstance(body, dict) or body.get("api_version") != protocol.API_VERSION:
             raise SidecarUnavailable(f"sidecar at {self.socket_path} speaks API version "
                                      f"{body.get('api_version') if isinstance(body, dict) else '?'}, "
                                      f"this check {protocol.API_VERSION}: upgrade the older of the two")
         return body
+
+    def _answer(self, path: str) -> Answer:
+        """The answer to GET `path`, on a connection of its own (the sidecar closes each after answering)."""
+        try:
+            deadline = Deadline(self.timeout)
+        except ValueError as e:
+            raise SidecarUnavailable(f"the sidecar is not asked: its client's timeout is wrong ({e})") from None
+        peer = ConnectionPeer(partial(UnixConnection, self.socket_path))
+        try:
+            return bounded_get(peer, path, deadline, MAX_RESPONSE_BYTES)
+        except FileNotFoundError as e:
+            raise SidecarUnavailable(f"no sidecar socket at {self.socket_path}: is the sidecar running on this node "
+                                     "and its socket directory mounted into the Agent?") from e
+        except ReadLimitExceeded as e:
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} answered {path} wrongly: {e}") from None
+        except http.client.IncompleteRead as e:
+            # A sidecar that died mid-answer, not one that sent something wrong.
+            declared = "" if e.expected is None else f" of the {len(e.partial) + e.expected}"
+            raise SidecarUnavailable(f"sidecar at {self.socket_path} closed the connection after {len(e.partial)}"
+                                     f"{declared} bytes of its answer to {path}: did it stop or crash?") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise SidecarUnavailable(f"cannot talk to the sidecar at {self.socket_path}: {e!r}") from e
+        finally:
+            peer.discard()
 
 
 def _events_page(body: Dict[str, Any], after: int) -> EventsPage:

@@ -5,16 +5,15 @@ import logging
 import os
 import sys
 import time
-from typing import Optional, Union
-from urllib.parse import urlsplit
+from typing import Any, Callable, Optional, Union
 
-from gpu_monitoring.config.value_checks import MAX_SOCKET_PATH_BYTES
+from gpu_monitoring.config.proc_root import default_proc_root
+from gpu_monitoring.config.rules import RULES, Rule, exporter_url
+from gpu_monitoring.config.spec_options import DEFAULTS
+from gpu_monitoring.config.value_checks import OptionError, socket_path, text
 from gpu_monitoring.deps import MissingPackage, require
-from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.journal import JournalLockedError
-
-DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 def add_parsers(commands) -> None:
@@ -22,31 +21,39 @@ def add_parsers(commands) -> None:
         "sidecar", help="serve NVML snapshots and events on a unix socket (one per node)",
         description="Own NVML on this GPU node, journal its XID and ECC events, and serve snapshots and the "
                     "journal to the gpu_monitoring check (source: sidecar) on a unix socket.")
-    sidecar.add_argument("--socket", default=protocol.DEFAULT_SOCKET, metavar="PATH",
+    # Where the check has the same option (spec.yaml; sidecar_socket for --socket), a flag takes its default
+    # and its rule, and a value the rule refuses is an error naming the flag.
+    sidecar.add_argument("--socket", default=DEFAULTS["sidecar_socket"], metavar="PATH",
+                         type=_checked("--socket", socket_path),
                          help="unix socket to serve, mode 0660 (default %(default)s)")
     sidecar.add_argument("--journal", default=protocol.DEFAULT_JOURNAL, metavar="DIR",
                          help="directory of the event journal (default %(default)s)")
-    sidecar.add_argument("--proc-root", default="/proc", metavar="DIR",
-                         help="where process names and cgroups are read (default %(default)s)")
-    sidecar.add_argument("--sysfs-root", default="/sys", metavar="DIR",
+    sidecar.add_argument("--proc-root", metavar="DIR", type=_checked("--proc-root", text),
+                         help="where process names and cgroups are read, the host's /proc (default /host/proc if "
+                              "it exists, else /proc)")
+    sidecar.add_argument("--sysfs-root", default=DEFAULTS["sysfs_root"], metavar="DIR",
+                         type=_checked("--sysfs-root", text),
                          help="where the kernel's sysfs is read: the NVIDIA functions on the PCI bus (GPUs the driver "
                               "or NVML misses) and the InfiniBand and RoCE ports (default %(default)s; in a container, "
                               "the host's /sys mounted read-only)")
-    sidecar.add_argument("--pod-resources-socket", metavar="PATH",
+    sidecar.add_argument("--pod-resources-socket", metavar="PATH", type=_checked("--pod-resources-socket", socket_path),
                          help=f"the kubelet's pod-resources socket; connecting to it needs uid 0 (default "
-                              f"{DEFAULT_POD_RESOURCES}, read in a pod or where it exists; with --simulate, the "
-                              "simulated node's when its scenario has pods, otherwise only one given here)")
-    sidecar.add_argument("--pod-cache-ttl", type=float, default=DEFAULT_TTL, metavar="SECONDS",
+                              f"{DEFAULTS['pod_resources_socket']}, read in a pod or where it exists; with "
+                              "--simulate, the simulated node's when its scenario has pods, otherwise only one given "
+                              "here)")
+    sidecar.add_argument("--pod-cache-ttl", default=DEFAULTS["pod_cache_ttl"], metavar="SECONDS",
+                         type=_checked("--pod-cache-ttl", RULES["pod_cache_ttl"], float),
                          help="seconds a pod-resources answer is kept while the GPUs' processes keep their "
                               "containers; 0 asks for every snapshot (default %(default)g)")
-    sidecar.add_argument("--dcgm-exporter-url", metavar="URL", type=_exporter_url,
+    # A URL only: `auto` (finding the exporter) takes the kubelet's pod list, which only the check reads.
+    sidecar.add_argument("--dcgm-exporter-url", metavar="URL", type=_checked("--dcgm-exporter-url", exporter_url),
                          help="read this node's dcgm-exporter (http://HOST:9400/metrics) with every snapshot and "
                               "serve DCGM's profiling activity for the GPUs GPM does not measure; the check then "
                               "reads it no more (default: not read here; the check reads it, finding it itself "
                               "on Kubernetes)")
-    sidecar.add_argument("--nvml-library-path", metavar="PATH",
+    sidecar.add_argument("--nvml-library-path", metavar="PATH", type=_checked("--nvml-library-path", text),
                          help="load this libnvidia-ml (default: the one the dynamic linker finds)")
-    sidecar.add_argument("--simulate", metavar="SCENARIO",
+    sidecar.add_argument("--simulate", metavar="SCENARIO", type=_checked("--simulate", text),
                          help="serve a simulated node (scenario name or YAML path) instead of the driver's "
                               "(default: off)")
     sidecar.add_argument("--speed", type=float, default=1.0,
@@ -63,7 +70,8 @@ def add_parsers(commands) -> None:
                     "NVML can be read (the library loads, initialises and answers for at least one GPU) and its "
                     "journal can be written; exit 1 otherwise, saying why (the readiness probe). With --live, "
                     "exit 1 only when nothing answers (the liveness probe).")
-    healthz.add_argument("--socket", default=protocol.DEFAULT_SOCKET, metavar="PATH",
+    healthz.add_argument("--socket", default=DEFAULTS["sidecar_socket"], metavar="PATH",
+                         type=_checked("--socket", socket_path),
                          help="the unix socket the sidecar serves, its --socket (default %(default)s)")
     healthz.add_argument("--live", action="store_true",
                          help="exit 0 whenever the sidecar answers, ready or not: a sidecar whose journal fails "
@@ -75,27 +83,27 @@ def run_sidecar(args: argparse.Namespace) -> int:
         require("pynvml")
     except MissingPackage as e:
         sys.stderr.write(f"gpu-monitoring sidecar: {e.package} is not installed: the sidecar needs the "
-                         "package's `deps` extra (pip install 'datadog-gpu-monitoring[deps]')\n")
+                         "package's `sidecar` extra on a Python of its own (pip install "
+                         "'datadog-gpu-monitoring[sidecar]'), its `deps` extra beside the Agent's "
+                         "(pip install 'datadog-gpu-monitoring[deps]')\n")
         return 2
+    from gpu_monitoring.nvml.library import LibraryPath
     from gpu_monitoring.sidecar.app import Sidecar
     from gpu_monitoring.simulator import ScenarioError, SimClock
     from gpu_monitoring.simulator.node import simulated_node
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    too_long = _socket_too_long(args.socket)
-    if too_long:
-        sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {too_long}\n")
-        return 1
     requested = args.pod_resources_socket
-    library, proc_root, sysfs_root, node = args.nvml_library_path, args.proc_root, args.sysfs_root, None
-    pod_resources = requested or DEFAULT_POD_RESOURCES
+    library = LibraryPath(args.nvml_library_path, "--nvml-library-path") if args.nvml_library_path else None
+    proc_root, sysfs_root, node = args.proc_root or default_proc_root(), args.sysfs_root, None
+    pod_resources = requested or DEFAULTS["pod_resources_socket"]
     if args.simulate:
         try:
             node = simulated_node(args.simulate, SimClock(speed=args.speed, start=args.start_at))
         except ScenarioError as e:
             sys.stderr.write(f"gpu-monitoring sidecar: {e}\n")
             return 2
-        options = node.start()
+        options = node.start(serve_kubelet=False)  # the sidecar reads pod-resources, never /pods
         library, proc_root, sysfs_root = node.nvml.library, options["proc_root"], options.get("sysfs_root", sysfs_root)
         # A scenario with pods serves its own pod-resources; one without reads only a socket given here.
         pod_resources = options.get("pod_resources_socket", requested)
@@ -116,18 +124,21 @@ def run_sidecar(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exporter_url(value: str) -> str:
-    # A URL only: `auto` (finding the exporter) takes the kubelet's pod list, which only the check reads.
-    if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
-        raise argparse.ArgumentTypeError(f"an http or https URL of this node's dcgm-exporter /metrics, not {value!r}")
-    return value
+def _checked(flag: str, rule: Rule, parse: Callable[[str], Any] = str) -> Callable[[str], Any]:
+    """An argparse type: the flag's value, parsed, checked by `rule` as the check checks its option;
+    a value it refuses is argparse's error, which names the flag."""
 
+    def check(value: str) -> Any:
+        try:
+            parsed = parse(value)
+        except ValueError:
+            parsed = value  # the rule refuses it, saying what it accepts
+        try:
+            return rule(flag, parsed)
+        except OptionError as e:
+            raise argparse.ArgumentTypeError(e.requirement) from None
 
-def _socket_too_long(path: str) -> Optional[str]:
-    size = len(os.fsencode(path))
-    if size <= MAX_SOCKET_PATH_BYTES:
-        return None
-    return f"--socket {path} is {size} bytes long; a unix socket path can have at most {MAX_SOCKET_PATH_BYTES}"
+    return check
 
 
 def _start_error(error: Union[OSError, JournalLockedError], args: argparse.Namespace) -> str:

@@ -55,13 +55,12 @@ import math
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
-from gpu_monitoring.simulator.kubelet_server import KubeletServer
 from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 from gpu_monitoring.simulator.proc_root import boot_id_of, build_proc_root
@@ -69,6 +68,11 @@ from gpu_monitoring.simulator.scenario import load
 from gpu_monitoring.simulator.slurm import slurm_processes
 from gpu_monitoring.simulator.sysfs_root import SysfsTree
 from gpu_monitoring.snapshot import Advertised, Allocation
+
+# The kubelet's HTTPS server (and the TLS library it brings, several MiB) is loaded only by a node
+# that serves it: a sidecar reads pod-resources alone.
+if TYPE_CHECKING:
+    from gpu_monitoring.simulator.kubelet_server import KubeletServer
 
 _CGROUP_KEYS = ("runtime", "cgroup_driver", "cgroup_version", "qos")
 # The GPU Operator's dcgm-exporter DaemonSet (NVIDIA/gpu-operator assets/state-dcgm-exporter): its
@@ -103,17 +107,18 @@ class SimulatedNode:
         self._sysfs_second: Optional[int] = None
         nvml.on_time(self._time_moved)
 
-    def start(self, serve_kubernetes: bool = True) -> Dict[str, Any]:
-        """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs."""
+    def start(self, serve_kubernetes: bool = True, serve_kubelet: bool = True) -> Dict[str, Any]:
+        """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs:
+        pod-resources, and `/pods` over HTTPS unless `serve_kubelet` is False."""
         self._directory = tempfile.TemporaryDirectory(prefix="gpu-monitoring-node-")
         try:
-            return self._serve(Path(self._directory.name), serve_kubernetes)
+            return self._serve(Path(self._directory.name), serve_kubernetes, serve_kubelet)
         except BaseException:
             # A check starts its node on a run, and tries again on the next: leave nothing behind.
             self.stop()
             raise
 
-    def _serve(self, root: Path, serve_kubernetes: bool) -> Dict[str, Any]:
+    def _serve(self, root: Path, serve_kubernetes: bool, serve_kubelet: bool) -> Dict[str, Any]:
         scenario = self.nvml.scenario
         proc_root = build_proc_root(root / "proc", self._processes(), scenario.devices, boot_id_of(scenario.name))
         standing_in = {"proc_root": str(proc_root), "sysfs_root": str(self._write_sysfs(root / "sys"))}
@@ -127,19 +132,21 @@ class SimulatedNode:
             self.dcgm_exporter = DcgmExporterServer(self.nvml, spec, self.exporter_holders()).start()
         if not (serve_kubernetes and self.pods):
             return dict(standing_in, kubernetes="false")
-        self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
-        self.kubelet.write_token_file()
         socket_path = str(root / "kubelet.sock")
         self.pod_resources = PodResourcesServer(socket_path, self.allocations(), self.advertised(),
                                                 kubernetes_version=self.kubernetes_version).start()
-        return dict(
-            standing_in,
-            kubernetes="true",
-            kubelet_url=self.kubelet.url,
-            kubelet_token_path=self.kubelet.token_path,
-            kubelet_ca_path=self.kubelet.ca_path,
-            pod_resources_socket=socket_path,
-        )
+        standing_in.update(kubernetes="true", pod_resources_socket=socket_path)
+        if serve_kubelet:
+            standing_in.update(self._serve_kubelet(root))
+        return standing_in
+
+    def _serve_kubelet(self, root: Path) -> Dict[str, str]:
+        from gpu_monitoring.simulator.kubelet_server import KubeletServer
+
+        self.kubelet = KubeletServer(pods=self._kubelet_pods(), directory=str(root)).start()
+        self.kubelet.write_token_file()
+        return {"kubelet_url": self.kubelet.url, "kubelet_token_path": self.kubelet.token_path,
+                "kubelet_ca_path": self.kubelet.ca_path}
 
     def _write_sysfs(self, root: Path) -> Path:
         sysfs = SysfsTree(root, self.nvml.scenario)

@@ -3,13 +3,34 @@
 This layer never calls NVML; it reads the Snapshot and what attribution and health made of it.
 """
 
-from typing import AbstractSet, Callable, Dict, List, Union
+import logging
+from typing import AbstractSet, Callable, Dict, List, Set, Union
 
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring.attribution import Attribution, Tagger
+from gpu_monitoring.attribution.fleet import STAGES
 from gpu_monitoring.health.device_health import Health
-from gpu_monitoring.metrics.spec import DEFAULT_PROFILE, SPEC, sent_in
+from gpu_monitoring.metrics.names import (
+    COST_HOURLY,
+    COST_IDLE_HOURLY,
+    DEVICES_COUNT,
+    PROCESS_DECODER_UTILIZATION,
+    PROCESS_ENCODER_UTILIZATION,
+    PROCESS_MEMORY_USED,
+    PROCESS_MEMORY_UTILIZATION,
+    PROCESS_SM_UTILIZATION,
+    PROCESSES_OMITTED,
+    WORKLOAD_COST_HOURLY,
+    WORKLOAD_COST_IDLE_HOURLY,
+    WORKLOAD_GPUS,
+    WORKLOAD_IDLE,
+    WORKLOAD_MEMORY_USED,
+    WORKLOAD_SM_LIMIT,
+    WORKLOAD_SM_UTILIZATION,
+)
+from gpu_monitoring.metrics.profile import DEFAULT, Profile
+from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 from gpu_monitoring.submission.events import submit_xids
 from gpu_monitoring.submission.inventory import submit_inventory
@@ -24,40 +45,54 @@ from gpu_monitoring.submission.tags import (
     process_tags,
 )
 
-__all__ = ["NodeReport", "Submitter"]
+__all__ = ["NodeReport", "Submitter", "UnknownMetric"]
+
+log = logging.getLogger(__name__)
 
 HEALTH_CHECK = "device.health"
 PROCESS_METRICS = {
-    "process.memory.used": "used_memory",
-    "process.sm_utilization": "sm_utilization",
-    "process.memory_utilization": "memory_utilization",
-    "process.encoder_utilization": "encoder_utilization",
-    "process.decoder_utilization": "decoder_utilization",
+    PROCESS_MEMORY_USED: "used_memory",
+    PROCESS_SM_UTILIZATION: "sm_utilization",
+    PROCESS_MEMORY_UTILIZATION: "memory_utilization",
+    PROCESS_ENCODER_UTILIZATION: "encoder_utilization",
+    PROCESS_DECODER_UTILIZATION: "decoder_utilization",
 }
 
 
+class UnknownMetric(ValueError):
+    """This code sent a metric metrics.yaml does not name: a defect, which fails the run that sends it."""
+
+
 class Submitter:
+    """Names reach it two ways, told apart on purpose:
+    - from this code (`send`): constants of metrics.names, so a misspelt one fails where its module
+      is imported; one that is not in the spec all the same raises UnknownMetric;
+    - from the snapshot's metrics, which a sidecar sends as JSON: a newer sidecar may know metrics
+      this check does not, the one legitimate unknown name. Its series are dropped, each name logged
+      once at debug level.
+    """
+
     _holder_tags: HolderTags  # the run's own: see submit
 
     def __init__(self, check: AgentCheck, base_tags: List[str], tagger: Tagger, max_processes: int = 0,
-                 profile: str = DEFAULT_PROFILE):
+                 profile: Profile = DEFAULT):
         self.check = check
         self.base_tags = list(base_tags)
         self.tagger = tagger
         self.max_processes = max_processes
-        # The check's submit method, by the spec's type, for each metric the profile sends: the one
-        # place a profile acts. Collection, health, service checks and events never depend on it.
-        sent = sent_in(profile)
-        self._submitters = _submitters(check, sent)
-        # A part's series (one NVLink link's) may belong to a larger profile than the GPU's own.
-        self._part_submitters = _submitters(check, sent_in(profile, parts=True))
-        self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if name in sent}
+        self.profile = profile
+        # The check's submit method, by the spec's type, for each metric the profile sends. Collection
+        # asks the same profile what not to read; health, service checks and events never depend on it.
+        self._submitters = _submitters(check, profile.sent)
+        self._part_submitters = _submitters(check, profile.sent_parts)
+        self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if profile.sends(name)}
+        self._unknown_told: Set[str] = set()
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution,
                node: NodeReport) -> None:
         # Asked anew each run: what the tagger knows of a container can change from one to the next.
         self._holder_tags = HolderTags(self.tagger)
-        self.send("devices.count", len(snapshot.devices), self.base_tags)
+        self.send(DEVICES_COUNT, len(snapshot.devices), self.base_tags)
         self.submit_node(node)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
@@ -108,19 +143,28 @@ class Submitter:
         for part, values in target.tagged_metrics.items():
             self._send_values(values, tags + part.split(","), self._part_submitters)
 
-    @staticmethod
-    def _send_values(values: Dict[str, float], tags: List[str], submitters: Dict[str, Callable]) -> None:
-        # A name no collector declares (a newer sidecar's) has no submitter, as one the profile leaves out.
+    def _send_values(self, values: Dict[str, float], tags: List[str], submitters: Dict[str, Callable]) -> None:
+        """A snapshot's series, where the profile sends their metrics."""
         for name, value in values.items():
             submit = submitters.get(name)
             if submit is not None:
                 submit(name, value, tags=tags)
+            elif name not in SPEC:
+                self._unknown_from_snapshot(name)
+
+    def _unknown_from_snapshot(self, name: str) -> None:
+        if name not in self._unknown_told:
+            self._unknown_told.add(name)
+            log.debug("the snapshot has metric %r, which this check does not know (a newer sidecar's): not sent", name)
 
     def send(self, name: str, value: float, tags: List[str]) -> None:
-        """One series, if the profile sends its metric."""
+        """One series of a metric this code names, if the profile sends it; UnknownMetric for a name the
+        spec does not have."""
         submit = self._submitters.get(name)
         if submit is not None:
             submit(name, value, tags=tags)
+        elif name not in SPEC:
+            raise UnknownMetric(f"{name!r} is not in metrics.yaml: name metrics by metrics.names' constants")
 
     def _processes(self, processes: List[Process], tags: List[str], held: List[str], key, attribution) -> None:
         """Per-process series for the processes using the most memory, up to max_processes (0: all).
@@ -130,7 +174,7 @@ class Submitter:
         kept = sorted(processes, key=lambda p: p.used_memory or 0, reverse=True)
         if self.max_processes:
             kept = kept[: self.max_processes]
-            self.send("processes.omitted", len(processes) - len(kept), held)
+            self.send(PROCESSES_OMITTED, len(processes) - len(kept), held)
         gauge, holders = self.check.gauge, attribution.process_holders
         for process in kept:
             holder = holders.get((key, process.pid))
@@ -143,24 +187,24 @@ class Submitter:
     def _cost(self, view, tags: List[str]) -> None:
         if view.price is None:
             return
-        self.send("cost.hourly", view.price, tags)
-        self.send("cost.idle_hourly", 0.0 if view.state.active else view.price, tags)
+        self.send(COST_HOURLY, view.price, tags)
+        self.send(COST_IDLE_HOURLY, 0.0 if view.state.active else view.price, tags)
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
         for workload in attribution.workloads:
             tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder),
                          claim_tags(workload.dra_claims))
             values = {
-                "workload.gpus": workload.gpus,
-                "workload.memory.used": workload.memory_used,
-                "workload.sm_utilization": workload.sm_utilization,
-                "workload.sm_limit": workload.sm_limit,
-                "workload.idle": int(workload.idle),
+                WORKLOAD_GPUS: workload.gpus,
+                WORKLOAD_MEMORY_USED: workload.memory_used,
+                WORKLOAD_SM_UTILIZATION: workload.sm_utilization,
+                WORKLOAD_SM_LIMIT: workload.sm_limit,
+                WORKLOAD_IDLE: int(workload.idle),
             }
             price = attribution.devices[workload.target[0]].price
             if price is not None:
-                values["workload.cost.hourly"] = price * workload.gpus
-                values["workload.cost.idle_hourly"] = price * workload.gpus if workload.idle else 0.0
+                values[WORKLOAD_COST_HOURLY] = price * workload.gpus
+                values[WORKLOAD_COST_IDLE_HOURLY] = price * workload.gpus if workload.idle else 0.0
             for name, value in values.items():
                 if value is not None:
                     self.send(name, value, tags)
@@ -171,7 +215,7 @@ class Submitter:
             model_tags = [f"gpu_device:{device_name(model)}"] if model else []
             tags = merge(self.base_tags, model_tags, [f"activity_source:{basis}"])
             for stage, count in counts.items():
-                self.send(f"fleet.devices.{stage}", count, tags)
+                self.send(STAGES[stage], count, tags)
 
 
 def _submitters(check: AgentCheck, names: AbstractSet[str]) -> Dict[str, Callable]:

@@ -13,6 +13,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring.health import xid
+from gpu_monitoring.metrics.names import FABRIC_STATE, XID_ERRORS
 from gpu_monitoring.snapshot import Device, Event, Snapshot
 
 _ALERT = {"critical": "error", "warning": "warning", "ok": "info"}
@@ -55,7 +56,7 @@ def submit_xids(check: AgentCheck, snapshot: Snapshot, tags_by_uuid: Dict[str, L
     for one in judged:
         counts[tuple(one.tags)] += one.group.count
     for xid_tags, count in counts.items():
-        check.count("xid_errors", count, tags=list(xid_tags))
+        check.count(XID_ERRORS, count, tags=list(xid_tags))
     judged.sort(key=lambda one: _RANK[one.info.severity])  # stable: most severe first, then as they came
     for one in judged[:MAX_EVENTS]:
         check.event(_event(one))
@@ -72,7 +73,7 @@ def _judge(snapshot: Snapshot, groups: Dict[Tuple[GpuKey, int], _Group], tags_by
     judged = []
     for (gpu, code), group in groups.items():
         device = snapshot.device_of(group.event)
-        info = xid.in_context(code, codes[gpu], device is not None and "fabric.state" in device.metrics)
+        info = xid.in_context(code, codes[gpu], device is not None and FABRIC_STATE in device.metrics)
         tags = _tags(group.event, device, tags_by_uuid, base)
         judged.append(_Judged(group, info, device, tags + [
             f"xid:{code}", f"xid_origin:{info.origin}", f"xid_action:{info.action}"]))

@@ -9,6 +9,7 @@ once for each version.
 from functools import lru_cache
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
+from gpu_monitoring.metrics.names import DEVICE_PERSISTENCE_MODE, NODE_INFO
 from gpu_monitoring.snapshot import Snapshot
 from gpu_monitoring.submission.tags import device_name, merge
 
@@ -25,11 +26,11 @@ def submit_inventory(send: Send, snapshot: Snapshot, base_tags: Sequence[str],
     whose value is unknown is left out; a GPU whose persistence mode is unknown sends no series."""
     node = snapshot.node
     models = tuple(sorted({device.name for device in snapshot.devices if device.name}))
-    send("node.info", 1, merge(base_tags, _node_tags(node.driver_version, node.cuda_driver_version,
+    send(NODE_INFO, 1, merge(base_tags, _node_tags(node.driver_version, node.cuda_driver_version,
                                                      node.nvml_version, models)))
     for device in snapshot.devices:
         if device.persistence_mode is not None:
-            send("device.persistence_mode", int(device.persistence_mode),
+            send(DEVICE_PERSISTENCE_MODE, int(device.persistence_mode),
                  [*device_tags[device.index], *_vbios_tags(device.vbios_version)])
 
 

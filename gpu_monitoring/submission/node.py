@@ -7,6 +7,7 @@ from typing import Callable, List, Optional
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring.health.node_health import NodeVerdict
+from gpu_monitoring.metrics.names import NODE_GPUS_ESCALATED, NODE_GPUS_EXPECTED, NODE_GPUS_PCI, NODE_VERDICTS_HELD
 
 NODE_HEALTH_CHECK = "node.health"
 
@@ -24,11 +25,11 @@ def submit_node(check: AgentCheck, send: Callable[[str, float, List[str]], None]
     """`send` submits one series if the metrics profile sends it."""
     verdict = report.verdict
     if verdict.gpus_on_bus is not None:
-        send("node.gpus.pci", verdict.gpus_on_bus, tags)
+        send(NODE_GPUS_PCI, verdict.gpus_on_bus, tags)
     if report.expected_gpus is not None:
-        send("node.gpus.expected", report.expected_gpus, tags)
-    send("node.verdicts.held", report.held, tags)
-    send("node.gpus.escalated", report.escalated, tags)
+        send(NODE_GPUS_EXPECTED, report.expected_gpus, tags)
+    send(NODE_VERDICTS_HELD, report.held, tags)
+    send(NODE_GPUS_ESCALATED, report.escalated, tags)
     for port_tags, values in verdict.ports:
         series_tags = tags + port_tags
         for name, value in values.items():

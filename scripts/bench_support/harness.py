@@ -110,7 +110,7 @@ class Bench:
 
     @property
     def proc_root(self) -> str:
-        return self.check.options.proc_root
+        return self.check.derived.proc_root
 
     def warm_up(self, runs: int = 2) -> List[Series]:
         """The first run learns capabilities and takes first samples; the second is a steady one,

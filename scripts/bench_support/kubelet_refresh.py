@@ -14,6 +14,7 @@ from typing import Callable, List
 
 from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.kube.kubelet import KubeletClient
+from gpu_monitoring.net.agent_http import AgentHttp
 
 from .full_node import PODS, FullNodeKubelet
 from .harness import INTERVAL
@@ -49,8 +50,8 @@ def _median_ms(call: Callable[[], object], before: Callable[[], None], times: in
 
 def measure(refreshes: int = REFRESHES) -> RefreshFigures:
     with FullNodeKubelet() as kubelet:
-        refreshing = KubeletClient(kubelet.pods_url, kubelet.token_path, kubelet.ca_path, ttl=0)
-        cached = KubeletClient(kubelet.pods_url, kubelet.token_path, kubelet.ca_path, ttl=3600)
+        refreshing = KubeletClient(kubelet.pods_url, kubelet.token_path, kubelet.ca_path, ttl=0, http=AgentHttp)
+        cached = KubeletClient(kubelet.pods_url, kubelet.token_path, kubelet.ca_path, ttl=3600, http=AgentHttp)
         for client in (refreshing, cached):
             if len(client.pods()) != PODS:  # the first read builds every pod's record
                 raise RuntimeError("the full node's kubelet did not answer with its pods")

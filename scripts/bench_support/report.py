@@ -46,6 +46,11 @@ class Report:
     # The figures the README quotes, by name: docs/performance.json keeps them for its block.
     headline: Dict[str, float] = field(default_factory=dict)
 
+    def quote(self, name: str, figure: float) -> float:
+        """Keep a figure the docs quote in prose under `name` in docs/performance.json, and return it."""
+        self.headline[name] = figure
+        return figure
+
     def target(self, name: str, figure: float, limit: str, ok: bool) -> str:
         """Record a target and return its verdict, for the table row that shows the figure."""
         judged = Target(name, figure, limit, ok)

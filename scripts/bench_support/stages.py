@@ -24,7 +24,7 @@ def table(scenario: str, rounds: int) -> Table:
         check = bench.check
         snapshot = check.source.read()
         pods = check._pods(snapshot.allocations)
-        attribution = attribute(snapshot, pods, check.settings)
+        attribution = attribute(snapshot, pods, check.config.effective_threshold, check.price_of)
         healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered)
                    for d in snapshot.devices}
         node = check._node(snapshot)
@@ -32,7 +32,7 @@ def table(scenario: str, rounds: int) -> Table:
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
             "reading the node": check.source.read,
-            "attribution": lambda: attribute(snapshot, pods, check.settings),
+            "attribution": lambda: attribute(snapshot, pods, check.config.effective_threshold, check.price_of),
             "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered)
                                for d in snapshot.devices],
             "node health": lambda: check._node(snapshot),

@@ -21,7 +21,7 @@ LIMIT_MS = 1.0
 def table(rounds: int, report: Report) -> Table:
     with Bench(SCENARIO) as bench:
         bench.warm_up(2)
-        options = bench.check.options
+        options = bench.check.derived
         hardware = HardwareReader(options.sysfs_root, options.proc_root)
         node = Node()
         hardware.read_into(node)

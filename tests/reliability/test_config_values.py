@@ -184,7 +184,7 @@ def test_right_value_is_accepted_and_the_check_runs(name, good):
 def test_an_option_left_empty_is_its_default(name):
     # `option:` with nothing after it is null in YAML: the check and its models both take the default.
     empty, default = make({name: None}), make({})
-    assert empty.options == default.options
+    assert empty.derived == default.derived
     assert empty.config == default.config
 
 

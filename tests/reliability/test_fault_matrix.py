@@ -542,7 +542,7 @@ def sidecar_series(subject: SimulatedNode) -> None:
 
 
 def remove_pid_dirs(subject: SimulatedNode) -> None:
-    root = Path(subject.check.options.proc_root)
+    root = Path(subject.check.derived.proc_root)
     pids = [p for p in root.iterdir() if p.name.isdigit()]
     assert pids
     for pid in pids:
@@ -550,7 +550,7 @@ def remove_pid_dirs(subject: SimulatedNode) -> None:
 
 
 def remove_proc_root(subject: SimulatedNode) -> None:
-    shutil.rmtree(subject.check.options.proc_root)
+    shutil.rmtree(subject.check.derived.proc_root)
 
 
 def processes_still_listed(subject: SimulatedNode) -> None:

@@ -16,7 +16,6 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gpu_monitoring.check import GpuMonitoringCheck
-from gpu_monitoring.config.settings import CheckSettings
 from gpu_monitoring.config_models.instance import InstanceConfig as InstanceModel
 from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
@@ -26,7 +25,7 @@ from gpu_monitoring.kube.pod_resources import PodResourcesError, decode_allocata
 from gpu_monitoring.node.procfs import ProcessOwner, parse_cgroup
 from gpu_monitoring.snapshot import Advertised, Allocation, SlurmJob
 
-from ..config_support import parse
+from ..config_support import derived, validated
 from .fuzz_support import (
     CHECK_EXAMPLES,
     JSON,
@@ -102,16 +101,16 @@ INSTANCES = instances()
 @given(INSTANCES)
 def test_config_parse_returns_or_raises_configuration_error(instance):
     try:
-        parsed = parse(instance)
+        parsed = validated(instance)
+        kubernetes = derived(instance).kubernetes
     except ConfigurationError as error:
         assert str(error)
         event("refused")
         return
     event("accepted")
-    assert isinstance(parsed, CheckSettings)
     for value in (parsed.temperature_margin, parsed.effective_threshold, *parsed.hourly_price.values()):
         assert math.isfinite(value)
-    assert parsed.source in ("local", "sidecar") and parsed.kubernetes in ("auto", "true", "false")
+    assert parsed.source in ("local", "sidecar") and kubernetes in ("auto", "true", "false")
 
 
 @fuzz(CHECK_EXAMPLES)

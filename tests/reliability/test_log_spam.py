@@ -46,7 +46,7 @@ def test_missing_proc_root_is_one_line_for_every_process_and_run(node, logs, tmp
 
 def test_proc_root_that_comes_and_goes_logs_each_change_once(node, logs):
     legacy = node("legacy-driver")
-    root = Path(legacy.check.options.proc_root)
+    root = Path(legacy.check.derived.proc_root)
     legacy.run()
     root.rename(root.with_name("unmounted"))
     legacy.run(RUNS)
@@ -76,7 +76,7 @@ def _mend_cgroups(root: Path) -> None:
 
 def test_cgroup_directory_and_symlink_loop_log_once_each(node, logs):
     legacy = node("legacy-driver")
-    root = Path(legacy.check.options.proc_root)
+    root = Path(legacy.check.derived.proc_root)
     _break_cgroups(root)
     legacy.run(RUNS)
     warnings = sorted(r.getMessage() for r in _records(logs, logging.WARNING))

@@ -22,6 +22,7 @@ from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring.check import CURSOR
+from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import MAX_BODY_BYTES, KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_resources import (
@@ -32,6 +33,7 @@ from gpu_monitoring.kube.pod_resources import (
     list_allocatable,
     list_allocations,
 )
+from gpu_monitoring.net.agent_http import AgentHttp
 from gpu_monitoring.net.bounded_read import MIB
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.simulator.kubelet_server import pod_list
@@ -131,6 +133,14 @@ def trickle_headers(handler: BaseHTTPRequestHandler) -> None:
         time.sleep(0.02)
 
 
+def cut_short(handler: BaseHTTPRequestHandler) -> None:
+    """A Content-Length of 1000, then 10 bytes and the end of the connection (HTTP/1.0)."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", "1000")
+    handler.end_headers()
+    handler.wfile.write(b'{"items": ')
+
+
 def endless(handler: BaseHTTPRequestHandler) -> None:
     """A JSON array without a length that goes on past the kubelet client's bound (HTTP/1.0: the
     body ends when the connection does)."""
@@ -150,7 +160,8 @@ def token_file(tmp_path):
 
 
 def kubelet_client(peer: Peer, token_path: str, **options) -> KubeletClient:
-    return KubeletClient(f"{peer.url}/pods", token_path, None, tls_verify=False, **{"ttl": 0, **options})
+    return KubeletClient(f"{peer.url}/pods", token_path, None, tls_verify=False, http=AgentHttp,
+                         **{"ttl": 0, **options})
 
 
 def kubelet_failure(kube: KubeletClient) -> KubeletError:
@@ -195,7 +206,7 @@ def test_a_kubelet_that_trickles_its_tls_handshake_is_cut_off_at_the_deadline(to
 
     threading.Thread(target=serve, daemon=True).start()
     kube = KubeletClient(f"https://127.0.0.1:{listener.getsockname()[1]}/pods", token_file, None,
-                         tls_verify=False, ttl=0, timeout=DEADLINE)
+                         tls_verify=False, ttl=0, timeout=DEADLINE, http=AgentHttp)
     try:
         started = time.monotonic()
         error = kubelet_failure(kube)
@@ -237,6 +248,19 @@ def test_a_declared_length_over_the_bound_is_refused_before_reading(token_file):
     with Peer(huge) as peer:
         error = kubelet_failure(kubelet_client(peer, token_file))
     assert "larger than 32 MiB" in str(error), error
+
+
+def test_an_answer_cut_short_of_its_length_is_refused_by_every_client(token_file, tmp_path):
+    """The kubelet, dcgm-exporter and sidecar clients read through one GET: none takes a part for the whole."""
+    with Peer(cut_short) as peer:
+        kubelet = kubelet_failure(kubelet_client(peer, token_file))
+        with pytest.raises(DcgmError) as dcgm:
+            DcgmClient(f"{peer.url}/metrics").read()
+    with fake_sidecar(tmp_path, cut_short) as fake:
+        sidecar = sidecar_failure(SidecarClient(fake.path).snapshot)
+    assert kubelet.status == CRITICAL and "IncompleteRead(10 bytes read, 990 more expected)" in str(kubelet), kubelet
+    assert dcgm.value.status == CRITICAL and "IncompleteRead(10 bytes read, 990 more expected)" in str(dcgm.value)
+    assert "closed the connection after 10 of the 1000 bytes" in str(sidecar), sidecar
 
 
 # --- class 2: the bearer token --------------------------------------------------------------

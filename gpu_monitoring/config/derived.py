@@ -1,5 +1,6 @@
-"""What the check uses, derived once from its validated instance: options folded into one another,
-defaults that depend on the host or on the Agent, and a simulated node's stand-ins."""
+"""What the check derives from its validated instance, once: the values that depend on the host, on the
+Agent or on a simulated node, and options folded into one another. Every other option is read from the
+instance's model itself (`GpuMonitoringCheck.config`)."""
 
 import os
 from dataclasses import dataclass
@@ -8,7 +9,9 @@ from urllib.parse import urlsplit
 
 from datadog_checks.base import is_affirmative
 
+from gpu_monitoring.config.proc_root import default_proc_root
 from gpu_monitoring.config_models import InstanceConfig
+from gpu_monitoring.metrics.profile import Profile
 
 try:
     import datadog_agent
@@ -24,71 +27,36 @@ DEFAULT_PORT = 10250
 
 
 @dataclass(frozen=True)
-class CheckSettings:
-    source: str
-    sidecar_socket: str
-    ignore_missing_sidecar: bool
-    nvml_library_path: Optional[str]
-    simulate: Optional[str]
-    collect_processes: bool
-    disabled_collectors: List[str]
-    metrics_profile: str
-    xid_ignore: List[int]
-    temperature_margin: float
-    fabric_registration_grace: float  # seconds from the check's start
-    tags: List[str]
-    kubernetes: str  # auto | true | false
-    kubelet: Dict[str, Any]  # KubeletClient arguments
+class Derived:
+    """The options a simulated node stands in for are read here, not from the model: with `simulate`,
+    its values fill those the instance leaves unset."""
+
+    kubernetes: str  # auto | true | false; YAML's booleans as these words
+    kubelet: Dict[str, Any]  # KubeletClient's arguments
     pod_resources_socket: str
-    gpu_resource_names: List[str]
-    dcgm_exporter_url: str  # auto | none | an http(s) URL
     proc_root: str
     sysfs_root: str
     expected_gpus: Optional[int]
-    expected_network_ports: Union[str, int]  # auto | a count
-    expected_network_rate: Union[str, float]  # auto | Gb/s
-    network_ports_exclude: List[str]
-    fault_hold: float  # seconds; 0: nothing is held
-    max_processes_per_device: int
-    hourly_price: Dict[str, float]
-    default_hourly_price: Optional[float]
-    effective_threshold: float
+    hourly_price: Mapping[str, float]
+    disabled_collectors: List[str]  # with `processes` when collect_processes is false
+    profile: Profile  # what metrics_profile sends, and so what collection need not read
 
 
-def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = None) -> CheckSettings:
-    """The settings of a validated instance. `standing_in` holds a simulated node's values (its proc
+def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = None) -> Derived:
+    """What a validated instance gives the check. `standing_in` holds a simulated node's values (its proc
     root, prices, kubelet and pod-resources socket) for the options the instance does not set."""
     if standing_in:
         config = config.model_copy(update={k: v for k, v in standing_in.items() if k not in config.model_fields_set})
-    return CheckSettings(
-        source=config.source,
-        sidecar_socket=config.sidecar_socket,
-        ignore_missing_sidecar=config.ignore_missing_sidecar,
-        nvml_library_path=config.nvml_library_path,
-        simulate=config.simulate,
-        collect_processes=config.collect_processes,
-        disabled_collectors=_disabled(config),
-        metrics_profile=config.metrics_profile,
-        xid_ignore=list(config.xid_ignore),
-        temperature_margin=config.temperature_margin,
-        fabric_registration_grace=config.fabric_registration_grace,
-        tags=list(config.tags or ()),
+    return Derived(
         kubernetes=_mode(config.kubernetes),
-        kubelet=kubelet_settings(config),
+        kubelet=kubelet_arguments(config),
         pod_resources_socket=config.pod_resources_socket,
-        gpu_resource_names=list(config.gpu_resource_names),
-        dcgm_exporter_url=config.dcgm_exporter_url,
         proc_root=config.proc_root or default_proc_root(),
         sysfs_root=config.sysfs_root,
         expected_gpus=config.expected_gpus,
-        expected_network_ports=config.expected_network_ports,
-        expected_network_rate=config.expected_network_rate,
-        network_ports_exclude=list(config.network_ports_exclude),
-        fault_hold=config.fault_hold,
-        max_processes_per_device=config.max_processes_per_device,
-        hourly_price=dict(config.hourly_price),
-        default_hourly_price=config.default_hourly_price,
-        effective_threshold=config.effective_threshold,
+        hourly_price=config.hourly_price,
+        disabled_collectors=_disabled(config),
+        profile=Profile(config.metrics_profile),
     )
 
 
@@ -106,12 +74,7 @@ def _mode(kubernetes: Union[str, bool]) -> str:
     return kubernetes
 
 
-def default_proc_root() -> str:
-    """The host's /proc: mounted at /host/proc in the Agent's container, else this machine's own."""
-    return "/host/proc" if os.path.isdir("/host/proc") else "/proc"
-
-
-def kubelet_settings(config: InstanceConfig) -> Dict[str, Any]:
+def kubelet_arguments(config: InstanceConfig) -> Dict[str, Any]:
     """KubeletClient arguments: the instance's options, else the Agent's kubelet settings, else defaults."""
     tls_verify = config.kubelet_tls_verify
     if tls_verify is None:

@@ -1,0 +1,71 @@
+"""`check` and `status` fit their text to the terminal (COLUMNS, else the terminal's width, else 100
+columns): a line wider goes on below, indented to where its free text begins; `--json` is never wrapped.
+
+Every test sets its width: the suite's own (tests/conftest.py) leaves the text unwrapped.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpu_monitoring.cli.main import CRITICAL_FOUND, main
+from gpu_monitoring.cli.wrapping import DEFAULT_WIDTH
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, monkeypatch, columns, *args, code=CRITICAL_FOUND):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(list(args)) == code
+    return capsys.readouterr().out
+
+
+def not_ok(capsys, monkeypatch):
+    """The messages of the service checks not OK and the events' texts of the faults scenario's runs."""
+    report = json.loads(run(capsys, monkeypatch, 60, "check", "--simulate", "faults", "--json"))
+    messages = [check["message"] for check in report["service_checks"] if check["status"] != "OK"]
+    return messages + [event["title"] for event in report["events"]]
+
+
+def test_every_line_fits_and_says_all_it_said(capsys, monkeypatch):
+    texts = not_ok(capsys, monkeypatch)
+    assert max(map(len, texts)) > 100
+    for width in (100, 72):
+        out = run(capsys, monkeypatch, width, "check", "--simulate", "faults", "--series")
+        lines = out.splitlines()
+        assert max(map(len, lines)) <= width, [line for line in lines if len(line) > width]
+        flat = " ".join(out.split())
+        for text in texts:
+            assert " ".join(text.split()) in flat, text
+
+
+def test_a_wrapped_row_goes_on_under_its_message(capsys, monkeypatch):
+    out = run(capsys, monkeypatch, 100, "status", "--simulate", "faults")
+    section = out.split("=== Service checks not OK")[1].split("\n\n")[0].splitlines()[1:]
+    (row,) = [i for i, line in enumerate(section) if line.startswith("device.health          CRITICAL  GPU 2")]
+    message_column = section[row].index("GPU lost")
+    follows = section[row + 1]
+    assert follows[:message_column].strip() == "" and follows[message_column] != " ", (section[row], follows)
+    # The verdict wraps under its own text too.
+    verdict = out.rstrip().split("\n\n")[-1].splitlines()
+    assert verdict[0].startswith("Status: CRITICAL:") and all(line.startswith(" " * len("Status: ")) for line in
+                                                              verdict[1:])
+
+
+def test_json_is_never_wrapped(capsys, monkeypatch):
+    out = run(capsys, monkeypatch, 40, "check", "--simulate", "faults", "--json")
+    report = json.loads(out)
+    longest = max((c["message"] for c in report["service_checks"]), key=len)
+    assert len(longest) > 40 and json.dumps(longest, ensure_ascii=False) in out
+
+
+def test_without_a_terminal_the_text_is_100_columns_wide():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([sys.executable, "-m", "gpu_monitoring.cli", "check", "--simulate", "faults"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == CRITICAL_FOUND, done.stderr
+    lines = done.stdout.splitlines()
+    assert DEFAULT_WIDTH == 100 and max(map(len, lines)) <= DEFAULT_WIDTH
+    assert max(map(len, lines)) > DEFAULT_WIDTH - 10, "nothing came near the width: no line was wrapped"
