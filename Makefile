@@ -50,9 +50,12 @@ bench-sidecar: $(STAMP)
 	$(BIN)/python scripts/sidecar_bench.py
 	$(BIN)/python scripts/journal_bench.py
 
-# Own CPU per series over the floor, this tree against BASE (a git revision), both interleaved in one run.
+# Own CPU per series over the floor, this tree against BASE (a git revision), both interleaved in one run;
+# PROFILE=full for the metrics profile the CPU bar is set on.
+PROFILE ?= standard
+
 bench-versus: $(STAMP)
-	$(BIN)/python scripts/bench_versus.py --base $(BASE)
+	$(BIN)/python scripts/bench_versus.py --base $(BASE) --metrics-profile $(PROFILE)
 
 # 10,000 runs in local and sidecar mode while faults cycle, the sidecar killed every 1,000 (minutes).
 soak: $(STAMP)

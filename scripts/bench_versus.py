@@ -1,6 +1,7 @@
 """Compare two versions of the code on the check's own CPU per series over the submission floor, in one run.
 
-    python scripts/bench_versus.py --base REV [--head PATH_OR_REV] [--scenario NAME] [--rounds N]
+    python scripts/bench_versus.py --base REV [--head PATH_OR_REV] [--scenario NAME] [--metrics-profile NAME]
+                                   [--rounds N]
                                    [--batch N] [--limit PERCENT] [--json FILE]
 
 Each version is measured by a child process of its own, in its own tree (a revision is checked out
@@ -34,6 +35,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--base", required=True, help="the code before the change: any git revision")
     parser.add_argument("--head", help="the code after it: a tree's path or a git revision (default: this tree)")
     parser.add_argument("--scenario", default="dgx-h100", help="the simulated node (default dgx-h100)")
+    parser.add_argument("--metrics-profile", default="standard",
+                        help="the instance's metrics_profile (default standard; the CPU bar is set on full)")
     parser.add_argument("--rounds", type=int, default=200, help="rounds per version (default 200)")
     parser.add_argument("--batch", type=int, default=10, help="rounds per turn (default 10)")
     parser.add_argument("--limit", type=float, default=3.0,
@@ -48,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with contextlib.ExitStack() as stack:
         trees = {BASE: _tree(stack, args.base), HEAD: _head(stack, args.head)}
-        versions = {name: stack.enter_context(Version(name, label, root, args.scenario))
+        versions = {name: stack.enter_context(Version(name, label, root, args.scenario, args.metrics_profile))
                     for name, (label, root) in trees.items()}
         for version in versions.values():
             print(f"{version.name}: {version.label}, gpu_monitoring from {version.module}", flush=True)
@@ -89,7 +92,8 @@ def _figures(args: argparse.Namespace, versions: Dict[str, Version],
     overall = difference_percent(each[HEAD]["ratio_own"], each[BASE]["ratio_own"])
     pairwise = pairwise_percent(pairs)
     return {
-        "scenario": args.scenario, "rounds": args.rounds, "batch": args.batch, "limit_percent": args.limit,
+        "scenario": args.scenario, "metrics_profile": args.metrics_profile, "rounds": args.rounds,
+        "batch": args.batch, "limit_percent": args.limit,
         "versions": each,
         "difference_percent": overall, "verdict": verdict(overall, args.limit),
         "pairwise_percent": pairwise, "pairwise_verdict": verdict(pairwise, args.limit), "pairs": len(pairs),
@@ -104,7 +108,8 @@ def _version_figures(version: Version) -> Dict[str, Any]:
 
 
 def _section(args: argparse.Namespace, figures: Dict[str, Any]) -> Section:
-    table = Table(f"{args.scenario}: {args.rounds} rounds per version, in turns of {args.batch}",
+    table = Table(f"{args.scenario}, metrics_profile {args.metrics_profile}: {args.rounds} rounds per version, "
+                  f"in turns of {args.batch}",
                   ["version", "check own ms/run", "floor ms/run", "series/run", "own/floor per series"])
     for name, v in figures["versions"].items():
         table.rows.append([f"{name}: {v['label']}", f"{v['own_ms']:.3f}", f"{v['floor_ms']:.3f}",

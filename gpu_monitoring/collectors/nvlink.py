@@ -94,8 +94,8 @@ class NvLink(Collector):
         found += self._throughput(device, fields, keys)
         wanted = self._wanted
         if wanted["link_errors"]:
-            found += [(link_series(metric, link), fields[key])
-                      for name, metric in LINK_ERRORS.items() for link, key in enumerate(keys[name]) if key in fields]
+            found += [(series, fields[key]) for name, metric in LINK_ERRORS.items()
+                      for series, key in zip(links_series(metric, links), keys[name]) if key in fields]
         if wanted["nvlink5"]:
             found += _nvlink5(fields, keys, links, wanted["link_nvlink5"])
         if wanted["fec"]:
@@ -125,9 +125,8 @@ class NvLink(Collector):
         links = len(tx)
         found: List[SeriesValue] = [(THROUGHPUT[0], sum(rates[:links])), (THROUGHPUT[1], sum(rates[links:]))]
         if self._wanted["link_throughput"]:
-            found += [(link_series(series.name, link), rate)
-                      for series, half in zip(THROUGHPUT, (rates[:links], rates[links:]))
-                      for link, rate in enumerate(half)]
+            found += [pair for series, half in zip(THROUGHPUT, (rates[:links], rates[links:]))
+                      for pair in zip(links_series(series.name, links), half)]
         return found
 
     def forget(self) -> None:
@@ -162,6 +161,12 @@ def _fec(fields: Fields, keys: Dict[str, Tuple[FieldKey, ...]]) -> List[SeriesVa
 def link_series(name: str, link: int) -> Series:
     """A metric's series of one link, made once."""
     return (monotonic_count if SPEC[name].type == "monotonic_count" else gauge)(name, (f"nvlink_port:{link}",))
+
+
+@functools.cache
+def links_series(name: str, links: int) -> Tuple[Series, ...]:
+    """A metric's series of each of `links` links, in link order: a run pairs them with its values."""
+    return tuple(link_series(name, link) for link in range(links))
 
 
 @functools.cache

@@ -16,7 +16,8 @@ FLOOR_LIMIT = 1.5
 
 # Where the check handles a batch of field values, newest layout first: the first one the profile
 # holds is measured (the code moves; the figure follows it).
-FIELD_HANDLERS = [("gpu_monitoring/nvml/fields.py", "request"), ("gpu_monitoring/nvml/device.py", "field_values")]
+FIELD_HANDLERS = [("gpu_monitoring/nvml/fields.py", "read"), ("gpu_monitoring/nvml/fields.py", "request"),
+                  ("gpu_monitoring/nvml/device.py", "field_values")]
 
 
 @dataclass

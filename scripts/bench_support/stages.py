@@ -8,7 +8,7 @@ its stages: they share the processor's caches with each other, and the run's gar
 collector off.
 """
 
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 from gpu_monitoring.attribution import attribute
 
@@ -17,8 +17,8 @@ from .harness import Bench, median_ms
 from .report import Table
 
 
-def table(scenario: str, rounds: int) -> Table:
-    with Bench(scenario) as bench:
+def table(scenario: str, rounds: int, **options: Any) -> Table:
+    with Bench(scenario, **options) as bench:
         floor = FloorCheck(bench.warm_up(2))
         floor.run()
         check = bench.check

@@ -22,13 +22,13 @@ class VersionError(RuntimeError):
 
 
 class Version:
-    def __init__(self, name: str, label: str, root: Path, scenario: str):
+    def __init__(self, name: str, label: str, root: Path, scenario: str, metrics_profile: str):
         self.name, self.label, self.root = name, label, root.resolve()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.root), str(self.root / "scripts")]),
                    GRPC_VERBOSITY="NONE")
         # -P: the child's own directory, in the tree the bench runs from, stays off its search path.
-        self.process = subprocess.Popen([sys.executable, "-P", str(CHILD), scenario], cwd=self.root, env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen([sys.executable, "-P", str(CHILD), scenario, metrics_profile], cwd=self.root,
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.runs = Runs()
         try:
             self.module, self.floor_series = self._handshake()

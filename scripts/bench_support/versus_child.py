@@ -1,6 +1,6 @@
 """One version of the check measured against its submission floor, turn by turn, for `bench_versus.py`.
 
-    python -P versus_child.py SCENARIO    (cwd and PYTHONPATH: the version's root and root/scripts)
+    python -P versus_child.py SCENARIO METRICS_PROFILE    (cwd and PYTHONPATH: the version's root and root/scripts)
 
 It is run by path from the tree of the code being compared, in the root of the version it measures,
 which may be older: so it uses only what every version's bench_support has (`Bench`, `FloorCheck`
@@ -21,11 +21,11 @@ from bench_support.floor import FloorCheck, _floor_run
 from bench_support.harness import Bench, quiet_logs, series_count
 
 
-def main(scenario: str) -> None:
+def main(scenario: str, metrics_profile: str) -> None:
     replies = _protocol_out()
     quiet_logs()
     interleave = _interleave()
-    with Bench(scenario) as bench:
+    with Bench(scenario, metrics_profile=metrics_profile) as bench:
         floor = FloorCheck(bench.warm_up(2))
         floor.run()  # its own first run (initializations) is no steady one either
         _reply(replies, gpu_monitoring=gpu_monitoring.__file__, floor_series=len(floor.series))
@@ -61,4 +61,4 @@ def _reply(replies: TextIO, **figures: Any) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])
