@@ -19,7 +19,7 @@ from typing import Any
 # Each name of the face, and the module behind it.
 FACE = {
     "NvmlDevice": "device",
-    "CLOCK_EVENT_REASONS": "device",
+    "CLOCK_EVENT_REASONS": "queries",
     "NvmlSession": "session",
     "Readings": "readings",
     "field": "readings",

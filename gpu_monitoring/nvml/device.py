@@ -8,30 +8,19 @@ made again until the session restarts. Values come back as plain Python numbers 
 
 import ctypes
 import logging
-from functools import cached_property
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-import pynvml
-
-from gpu_monitoring.nvml import fabric, library, processes, queries
+from gpu_monitoring.nvml import library, queries
 from gpu_monitoring.nvml.array_room import Room
 from gpu_monitoring.nvml.errors import CannotAnswer
 
 log = logging.getLogger(__name__)
 
-CLOCK_EVENT_REASONS = {
-    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
-    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
-    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
-    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
-    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
-    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
-    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
-    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
-}
 
+class NvmlDevice(queries.DeviceValues):
+    """The mechanics of asking a device; what is asked, and the plain values it gives, are
+    nvml.queries' DeviceValues."""
 
-class NvmlDevice:
     def __init__(self, index: int, handle: Any, parent: Optional["NvmlDevice"] = None):
         self.index = index
         self.handle = handle
@@ -122,132 +111,7 @@ class NvmlDevice:
         """Unbind a call that will not be asked again (its arguments were replaced)."""
         self._bound.pop(call, None)
 
-    # Values read once a session are cached properties, None where refused; values read every
-    # run are methods, None where the GPU cannot give them this time.
-
-    # --- identity ---------------------------------------------------------------------
-
-    @cached_property
-    def uuid(self) -> Optional[str]:
-        return self.ask(queries.UUID)
-
-    @cached_property
-    def name(self) -> Optional[str]:
-        return self.ask(queries.NAME)
-
-    @cached_property
-    def architecture(self) -> Optional[str]:
-        return self.ask(queries.ARCHITECTURE)
-
-    @cached_property
-    def pci_bus_id(self) -> Optional[str]:
-        return self.ask(queries.PCI_BUS_ID)
-
-    @cached_property
-    def minor_number(self) -> Optional[int]:
-        return self.ask(queries.MINOR_NUMBER)
-
-    @cached_property
-    def vbios_version(self) -> Optional[str]:
-        """As nvidia-smi shows it ("96.00.74.00.0D"). A VBIOS flashed while the driver runs takes effect
-        only at a GPU reset or a reboot: one read a session."""
-        return self.ask(queries.VBIOS_VERSION)
-
-    def persistence_mode(self) -> Optional[bool]:
-        """Whether the driver keeps the GPU initialised while no client holds it; `nvidia-smi -pm` and
-        nvidia-persistenced change it while the driver runs."""
-        return self.ask(queries.PERSISTENCE_MODE)
-
-    @cached_property
-    def event_types(self) -> int:
-        """The events NVML can report of this device, as a mask (0 where it cannot tell)."""
-        return self.ask(queries.EVENT_TYPES) or 0
-
-    @cached_property
-    def gpm_supported(self) -> bool:
-        """Whether the GPU (a MIG device's parent) has GPU Performance Monitoring."""
-        return self.parent.gpm_supported if self.parent else bool(self.ask(queries.GPM_SUPPORT))
-
-    # --- activity ---------------------------------------------------------------------
-
-    def utilization_rates(self) -> Optional[Tuple[int, int]]:
-        return self.ask(queries.UTILIZATION)
-
-    def encoder_utilization(self) -> Optional[int]:
-        return self.ask(queries.ENCODER)
-
-    def decoder_utilization(self) -> Optional[int]:
-        return self.ask(queries.DECODER)
-
-    # --- memory -----------------------------------------------------------------------
-
-    def memory_info(self) -> Dict[str, Optional[int]]:
-        """total/used/free/reserved in bytes (empty if unanswered); reserved is None where only the v1 query exists."""
-        answer = self.ask_first(*queries.MEMORY)
-        if answer is None:
-            return {}
-        total, used, free, reserved = answer
-        return {"total": total, "used": used, "free": free, "reserved": reserved}
-
-    def bar1_memory_info(self) -> Optional[Tuple[int, int]]:
-        return self.ask(queries.BAR1)
-
-    # --- thermal and power ------------------------------------------------------------
-
-    def temperature(self) -> Optional[int]:
-        return self.ask(queries.TEMPERATURE)
-
-    @cached_property
-    def slowdown_temperature(self) -> Optional[int]:
-        return self.ask(queries.SLOWDOWN_TEMPERATURE)
-
-    def fan_speed(self) -> Optional[int]:
-        return self.ask(queries.FAN_SPEED)
-
-    # --- clocks -----------------------------------------------------------------------
-
-    def clock_mhz(self, kind: str) -> Optional[int]:
-        return self.ask(queries.CLOCK[kind])
-
-    @cached_property
-    def max_clocks_mhz(self) -> Dict[str, Optional[int]]:
-        """The SM and memory clocks' maximum, each None where refused."""
-        return {kind: self.ask(call) for kind, call in queries.MAX_CLOCK.items()}
-
-    def performance_state(self) -> Optional[int]:
-        return self.ask(queries.PERFORMANCE_STATE)
-
-    def clock_event_reasons(self) -> Optional[int]:
-        return self.ask_first(*queries.CLOCK_EVENT_REASONS)
-
-    # --- PCIe ---------------------------------------------------------------------------
-
-    def pcie_link(self) -> Tuple[Optional[int], Optional[int]]:
-        return self.ask(queries.PCIE_GENERATION), self.ask(queries.PCIE_WIDTH)
-
-    @cached_property
-    def pcie_link_max(self) -> Tuple[Optional[int], Optional[int]]:
-        return self.ask(queries.PCIE_MAX_GENERATION), self.ask(queries.PCIE_MAX_WIDTH)
-
-    def sampled_pcie_throughput(self) -> Optional[Tuple[int, int]]:
-        """KiB/s (TX, RX) sampled over 20 ms per direction; None where the device cannot tell. RX is
-        not asked where TX is refused."""
-        tx = self.ask(queries.PCIE_SAMPLED[0])
-        rx = None if tx is None else self.ask(queries.PCIE_SAMPLED[1])
-        return None if rx is None else (tx, rx)
-
-    # --- NVLink fabric ---------------------------------------------------------------------
-
-    def fabric_status(self) -> Optional[fabric.FabricStatus]:
-        """The GPU's registration with its NVLink fabric; None where the driver cannot tell of it (a
-        driver before R550) or cannot answer this time."""
-        return self.ask_first(*fabric.QUERIES)
-
-    # --- MIG ----------------------------------------------------------------------------
-
-    def mig_enabled(self) -> Optional[bool]:
-        mode = self.ask(queries.MIG_MODE)
-        return None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    # --- MIG children -----------------------------------------------------------------------
 
     def mig_devices(self) -> List["NvmlDevice"]:
         """The MIG devices present now; a child keeps its memo while its handle stays the same."""
@@ -263,45 +127,6 @@ class NvmlDevice:
                 known = self._children[slot] = NvmlDevice(slot, handle, parent=self)
             found.append(known)
         return found
-
-    @cached_property
-    def gpu_instance_id(self) -> Optional[int]:
-        return self.ask(queries.GPU_INSTANCE_ID)
-
-    @cached_property
-    def compute_instance_id(self) -> Optional[int]:
-        return self.ask(queries.COMPUTE_INSTANCE_ID)
-
-    @cached_property
-    def gpu_instance_layout(self) -> Optional[Tuple[int, int, int]]:
-        """A MIG device's GPU instance: (profile ID, placement start, placement size), asked of its
-        GPU once while the MIG device stays (a changed split makes new MIG devices)."""
-        if self.parent is None or self.gpu_instance_id is None:
-            return None
-        return self.parent.ask(queries.gpu_instance_info(self.gpu_instance_id))
-
-    # --- processes ----------------------------------------------------------------------
-
-    def compute_processes(self) -> List[processes.Listed]:
-        """Processes with a compute context (an MPS server among them): pid, used memory (bytes or
-        None), GPU and compute instance IDs (None outside MIG). Raises CannotAnswer where the
-        device cannot list them."""
-        return self._listed(processes.COMPUTE)
-
-    def mps_clients(self) -> List[processes.Listed]:
-        """Processes with an MPS compute context, as compute_processes() gives them."""
-        return self._listed(processes.MPS)
-
-    def _listed(self, query: str) -> List[processes.Listed]:
-        listed = self.ask_first(*processes.VERSIONS[query])
-        if listed is None:
-            raise CannotAnswer(f"no version of {query} answered on {self!r}")
-        return listed
-
-    def process_utilization(self, since_us: int) -> Optional[Tuple[Dict[int, processes.Usage], int]]:
-        """Each process's mean engine use (sm, memory, encoder, decoder) over the samples newer than
-        since_us, by pid, and the newest sample's time; None where the device cannot tell."""
-        return self.ask(processes.SAMPLES, since_us)
 
 
 def handle_address(handle: Any) -> Optional[int]:

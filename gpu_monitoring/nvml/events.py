@@ -17,7 +17,8 @@ import pynvml
 from gpu_monitoring.nvml import library
 from gpu_monitoring.nvml.device import NvmlDevice, handle_address
 from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, NvmlError, NvmlUninitialized
-from gpu_monitoring.nvml.queries import plain, register_events
+from gpu_monitoring.nvml.library import plain
+from gpu_monitoring.nvml.queries import register_events
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import pynvml
 
 from gpu_monitoring.nvml import library
-from gpu_monitoring.nvml.library import Query
-from gpu_monitoring.nvml.queries import versioned
+from gpu_monitoring.nvml.library import Query, versioned
 
 NOT_SUPPORTED = pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
 COMPLETED = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED

@@ -14,8 +14,7 @@ from typing import Any, Callable, Dict
 import pynvml
 
 from gpu_monitoring.nvml.device import NvmlDevice
-from gpu_monitoring.nvml.library import Call, Filling, Query
-from gpu_monitoring.nvml.queries import scalar
+from gpu_monitoring.nvml.library import Call, Filling, Query, scalar
 
 Reader = Callable[[NvmlDevice, int, int], Dict[str, float]]
 # What the PCIe byte counters' fallback gives: a sampled rate, under names of its own.

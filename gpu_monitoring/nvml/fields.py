@@ -22,8 +22,7 @@ import pynvml
 from gpu_monitoring.nvml import array_room
 from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import GpuLost
-from gpu_monitoring.nvml.library import Query
-from gpu_monitoring.nvml.queries import answered, plain
+from gpu_monitoring.nvml.library import Query, answered, plain
 
 log = logging.getLogger(__name__)
 

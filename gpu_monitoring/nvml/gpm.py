@@ -10,8 +10,7 @@ import pynvml
 from gpu_monitoring.nvml import library
 from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import CannotAnswer, NvmlError
-from gpu_monitoring.nvml.library import Query
-from gpu_monitoring.nvml.queries import answered, plain
+from gpu_monitoring.nvml.library import Query, answered, plain
 
 log = logging.getLogger(__name__)
 

@@ -308,3 +308,35 @@ def wait_for_event(event_set: Any, data: Any, timeout_ms: int) -> bool:
     if status:
         raise error("nvmlEventSetWait_v2", status)
     return True
+
+
+# --- what calls write into, and how their answers are read ------------------------------------
+
+
+def plain(structure: type) -> type:
+    """A ctypes structure laid out as pynvml's, without its per-attribute Python hooks."""
+    name = structure.__name__[2:] if structure.__name__.startswith("c_") else structure.__name__
+    return type(name, (ctypes.Structure,), {"_fields_": structure._fields_})
+
+
+def versioned(version: int) -> Any:
+    """What sets a versioned structure's `version` before NVML fills it."""
+
+    def prepare(structure: Any) -> None:
+        structure.version = version
+
+    return prepare
+
+
+def answered() -> bool:
+    """The value of a query that writes into its arguments: that it succeeded."""
+    return True
+
+
+def _scalar(output: Any) -> int:
+    return output.value
+
+
+def scalar(function: str, *args: int, output: type = ctypes.c_uint) -> Query:
+    """A call that writes one number."""
+    return Query(function, [output], _scalar, args)

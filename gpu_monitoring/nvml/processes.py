@@ -10,8 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pynvml
 
-from gpu_monitoring.nvml.library import Filling
-from gpu_monitoring.nvml.queries import plain
+from gpu_monitoring.nvml.library import Filling, plain
 
 COMPUTE = "nvmlDeviceGetComputeRunningProcesses"
 MPS = "nvmlDeviceGetMPSComputeRunningProcesses"
