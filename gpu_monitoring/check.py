@@ -15,14 +15,22 @@ from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.outcome import state_of
 from gpu_monitoring.deps import require
 from gpu_monitoring.health import device_health as health
+from gpu_monitoring.health import pcie_aer
 from gpu_monitoring.health.held_verdicts import HeldVerdicts
-from gpu_monitoring.health.node_health import NodeJudge
+from gpu_monitoring.health.kernel_memory import KernelMemory
+from gpu_monitoring.health.node_health import AER_SERIES, NodeJudge
+from gpu_monitoring.health.pcie_aer import AerCounter, Counts
 from gpu_monitoring.health.service_checks import ReasonedServiceCheck, Status
+from gpu_monitoring.health.xid_join import XidJoin
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_list import PodInfo
 from gpu_monitoring.net.agent_http import AgentHttp
+from gpu_monitoring.node.boot import read_boot_id
+from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.node.hardware import HardwareReader
+from gpu_monitoring.node.kernel_events import KernelEvents
+from gpu_monitoring.node.kernel_log import Cursor, KernelLog
 from gpu_monitoring.nvml.errors import NvmlError
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.snapshot import Allocations, Device, Node, Snapshot
@@ -45,6 +53,11 @@ CURSOR = "sidecar_event_cursor"
 NVLINK_SEEN_UP = "nvlink_seen_up"
 # The verdicts held until their fix (held_verdicts), kept across Agent restarts the same way.
 HELD_VERDICTS = "held_verdicts"
+# Where local mode stopped reading the kernel's log (a sidecar keeps its own beside its journal); what the
+# log told that outlives its line (kernel_memory); the XIDs counted and not yet paired (xid_join).
+KERNEL_CURSOR = "kernel_log_cursor"
+KERNEL_MEMORY = "kernel_memory"
+XID_JOIN = "xid_join"
 
 
 class GpuMonitoringCheck(AgentCheck, ConfigMixin):
@@ -108,7 +121,14 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             # Pods and their devices are kept as long as each other: one TTL, one view of the node.
             self.allocation_reader = AllocationReader(self.derived.pod_resources_socket,
                                                       self.config.gpu_resource_names, ttl=self.kubelet.ttl)
-        return LocalSource(self._open_reader)
+        save_cursor = partial(self.write_persistent_cache, KERNEL_CURSOR)
+        return LocalSource(self._open_reader, self._kernel_events(), save_cursor)
+
+    def _kernel_events(self) -> KernelEvents:
+        """The kernel's log from where this check last stopped (in this boot)."""
+        proc_root = self.derived.proc_root
+        stored = Cursor.loads(self.read_persistent_cache(KERNEL_CURSOR))
+        return KernelEvents(KernelLog(self.derived.kernel_log, proc_root, read_boot_id(proc_root), stored), proc_root)
 
     def _open_reader(self) -> "NodeReader":
         require("pynvml")  # a missing package is named, with the command that adds it
@@ -153,12 +173,15 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._node_without_nvml()
             return
         self._report_versions(snapshot)
+        self._held.booted(snapshot.node.boot_id)
+        self._kernel_record(snapshot)
         pods = self._pods(snapshot.allocations)
         self._read_dcgm(snapshot, pods)
         attribution = attribute(snapshot, pods, self.config.effective_threshold, self.price_of)
-        self._held.booted(snapshot.node.boot_id)
-        healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered) for d in snapshot.devices}
-        self.submitter.submit(snapshot, healths, attribution, self._node(snapshot))
+        aer = self._aer.count(snapshot.node, snapshot.events)
+        healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered, aer)
+                   for d in snapshot.devices}
+        self.submitter.submit(snapshot, healths, attribution, self._node(snapshot, aer=aer))
         self.source.submitted()
         self._save_held()
         self._report_problems(attribution)
@@ -229,15 +252,47 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     # --- Kubernetes -------------------------------------------------------------------
 
     def _node_without_nvml(self) -> None:
-        """In local mode, a run whose NVML cannot be read still judges the node from sysfs and the driver's
-        record: a driver that brought up none of the GPUs on the bus is the node's fault to tell."""
+        """In local mode, a run whose NVML cannot be read still judges the node from sysfs, the driver's
+        record and the kernel's log: a driver that brought up none of the GPUs on the bus is the node's fault
+        to tell, and the kernel's log may say why."""
         if self.config.source != "local":
             return
         node = Node()
         self._hardware.read_into(node)
+        snapshot = Snapshot(timestamp=self._node_clock(), node=node, events=self.source.kernel_events(node))
         self._held.booted(node.boot_id)
-        self.submitter.submit_node(self._node(Snapshot(timestamp=time.time(), node=node), nvml_read=False))
+        self._kernel_record(snapshot)
+        aer = self._aer.count(node, snapshot.events)
+        self.submitter.submit_node(self._node(snapshot, nvml_read=False, aer=aer))
+        self.submitter.submit_events(snapshot, {})
+        self.source.submitted()
         self._save_held()
+
+    # --- the kernel's record ------------------------------------------------------------
+
+    @cached_property
+    def _kernel_memory(self) -> KernelMemory:
+        return KernelMemory.loads(self.read_persistent_cache(KERNEL_MEMORY))
+
+    @cached_property
+    def _xids(self) -> XidJoin:
+        return XidJoin.loads(self.read_persistent_cache(XID_JOIN))
+
+    @cached_property
+    def _aer(self) -> AerCounter:
+        return AerCounter()
+
+    def _kernel_record(self, snapshot: Snapshot) -> None:
+        """What the kernel's log told, taken in before anything is judged: the GPUs it names, the driver's
+        last load (which answers what was held before it), and each XID NVML told of too counted once."""
+        memory = self._kernel_memory
+        if memory.learn(snapshot.events, snapshot.node.boot_id):
+            self.write_persistent_cache(KERNEL_MEMORY, memory.dumps())
+        memory.name(snapshot.devices, snapshot.events)
+        self._held.driver_loaded(memory.driver_loaded)
+        snapshot.events = self._xids.join(snapshot.events, snapshot.timestamp)
+        if self._xids.changed():
+            self.write_persistent_cache(XID_JOIN, self._xids.dumps())
 
     @cached_property
     def _hardware(self) -> HardwareReader:
@@ -245,8 +300,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
 
     @property
     def _node_clock(self) -> Callable[[], float]:
-        """The clock the node's counters follow: a simulated node's own, the host's otherwise."""
-        return self.simulated_node.nvml.now if self.simulated_node is not None else time.time
+        """The clock the node's counters, events and kernel log follow: a simulated node's own, the host's otherwise."""
+        return self.simulated_node.wall_time if self.simulated_node is not None else time.time
 
     def _kubernetes_without_gpus(self) -> None:
         """No GPU could be read this run. In local mode pod-resources is still read, so that the
@@ -327,25 +382,33 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self.write_persistent_cache(HELD_VERDICTS, text)
             self._held_written = text
 
-    def _node(self, snapshot: Snapshot, nvml_read: bool = True) -> NodeReport:
+    def _node(self, snapshot: Snapshot, nvml_read: bool = True,
+              aer: Optional[Dict[str, Counts]] = None) -> NodeReport:
         """The node's verdict, with what is held of earlier ones; after the GPUs' (it counts their holds).
         A run whose NVML could not be read lists no GPU, and forgets none of theirs."""
-        verdict = self.node_judge.judge(snapshot, nvml_read)
+        verdict = self.node_judge.judge(snapshot, nvml_read, self._kernel_memory.init_failures, aer)
         self._held.judge_node(verdict.health, snapshot.timestamp)
         if nvml_read:
             self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
         return NodeReport(verdict, self.derived.expected_gpus, self._held.held_count, self._held.escalated_count)
 
-    def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
-        """This run's verdict on the GPU, with what is held of earlier ones (held from the snapshot's time)."""
+    def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool],
+                aer: Dict[str, Counts]) -> health.Health:
+        """This run's verdict on the GPU, with what is held of earlier ones (held from the snapshot's time,
+        or a kernel XID's own), and the PCIe AER errors of its link, which its series carry too."""
         found = self._judge(device, snapshot, offered)
+        errors = aer.get(nvml_bus_id(device.pci_bus_id or "") or "")
+        pcie_aer.judge(found, errors)
+        device.metrics.update({AER_SERIES[severity]: count for severity, count in (errors or {}).items()})
         self._held.judge_gpu(device, found, snapshot.timestamp)
         return found
 
     def _judge(self, device: Device, snapshot: Snapshot, offered: Optional[bool]) -> health.Health:
         # By the GPU each event names, not by equal UUIDs: an event still finds a GPU the snapshot could
-        # not name, and one that names no GPU is not given to every such GPU.
-        events = [e for e in snapshot.events if snapshot.device_of(e) is device]
+        # not name, and one that names no GPU is not given to every such GPU. A kernel line from before the
+        # driver's last load is history that load answered.
+        memory = self._kernel_memory
+        events = [e for e in snapshot.events if snapshot.device_of(e) is device and not memory.superseded(e)]
         return health.evaluate(
             device,
             self._previous.get(device.uuid),

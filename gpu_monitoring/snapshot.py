@@ -17,7 +17,11 @@ from typing import Any, Dict, List, Optional
 
 SCHEMA_VERSION = 1
 # The kinds the NVML layer names, and `type_0x...` for an event type it has no name for.
-EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|recovery_action|gpu_unavailable|type_0x[0-9a-f]+")
+EVENT_KIND = re.compile(r"xid|ecc_sbe|ecc_dbe|recovery_action|gpu_unavailable|type_0x[0-9a-f]+"
+                        # and what the kernel's log tells (node.kernel_patterns)
+                        r"|gpu_uuid|init_failed|sxid|nic|aer|driver_loaded")
+# Who told of an event: NVML's event set, or the kernel's log.
+EVENT_SOURCE = re.compile(r"nvml|kernel")
 PROCESS_KIND = re.compile(r"compute|mps")
 ALLOCATIONS_SOURCE = re.compile(r"pod_resources|none|error")
 SERVICE_CHECK_STATUS = re.compile(r"ok|warning|critical")
@@ -101,7 +105,14 @@ class Advertised:
 @dataclass
 class Event:
     """An NVML event, with the GPU as NVML named it when the GPU was registered for events: its UUID,
-    index and PCI bus ID stay known after the GPU is lost. Index and bus ID came after version 1."""
+    index and PCI bus ID stay known after the GPU is lost. Index and bus ID came after version 1.
+
+    Or a message of the kernel's log (`source` "kernel", node.kernel_events): an XID with the process
+    the driver named and, where that process was alive when the line was read, its owner; or what NVML
+    never tells (a GPU the driver could not initialise, an NVSwitch SXid, a ConnectX error, PCIe AER).
+    `pci_bus_id` is then the PCI function the message names, in NVML's form; `reporter` the port that
+    reported an AER error; `boot_id` and `kernel_seq` where the record stands in the kernel's log.
+    Every field after `pci_bus_id` came after version 1."""
 
     device_uuid: Optional[str]
     kind: str = _pattern(EVENT_KIND)
@@ -111,6 +122,19 @@ class Event:
     compute_instance_id: Optional[int] = None
     device_index: Optional[int] = None
     pci_bus_id: Optional[str] = None
+    source: str = _pattern(EVENT_SOURCE, default="nvml")
+    pid: Optional[int] = None
+    process_name: Optional[str] = None
+    container_id: Optional[str] = None
+    pod_uid: Optional[str] = None
+    slurm: Optional[SlurmJob] = None
+    detail: Optional[str] = None
+    severity: Optional[str] = None
+    link: Optional[int] = None
+    implied: bool = False
+    reporter: Optional[str] = None
+    boot_id: Optional[str] = None
+    kernel_seq: Optional[int] = None
 
 
 @dataclass
@@ -182,6 +206,11 @@ class PciFunction:
     device_id: Optional[int] = None
     # The kernel driver bound to it (`nvidia`, `vfio-pci`, `snd_hda_intel`); None where none is.
     driver: Optional[str] = None
+    # The PCI bridge (the port) directly above it: an AER error that port reports is this link's.
+    parent: Optional[str] = None
+    # The PCIe AER errors the kernel counted for it since boot (`aer_dev_*`'s totals), by severity:
+    # corrected, nonfatal, fatal. None where the kernel has no such files (before Linux 5.1, or AER off).
+    aer: Optional[Dict[str, int]] = None
 
 
 @dataclass
@@ -199,6 +228,10 @@ class NetworkPort:
     # The counters/ files read, by file name, as the kernel gives them: port_rcv_data and
     # port_xmit_data count 4-byte words.
     counters: Dict[str, int] = field(default_factory=dict)
+    # The PCI function of its NIC, its parent port and AER totals, as for a PCI function (above).
+    pci_address: Optional[str] = None
+    parent: Optional[str] = None
+    aer: Optional[Dict[str, int]] = None
 
 
 @dataclass
@@ -218,6 +251,8 @@ class Node:
     network_ports: Optional[List[NetworkPort]] = None
     # Why sysfs_root could not be read, where it could not.
     sysfs_problem: Optional[str] = None
+    # Why the kernel's log cannot be read (kernel_log), where it cannot.
+    kernel_log_problem: Optional[str] = None
     # When the node around the GPUs was read, in seconds on the clock its counters follow (the host's;
     # a simulated node's own): the ports' rates are taken over it.
     read_at: Optional[float] = None

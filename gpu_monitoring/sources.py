@@ -5,10 +5,11 @@ import logging
 from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
 
 from gpu_monitoring.deps import MissingPackage
+from gpu_monitoring.node.kernel_events import KernelEvents
 from gpu_monitoring.nvml.errors import LibraryUnavailable
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
-from gpu_monitoring.snapshot import Event, Snapshot
+from gpu_monitoring.snapshot import Event, Node, Snapshot, load
 
 if TYPE_CHECKING:
     from gpu_monitoring.collectors.node_reader import NodeReader
@@ -42,12 +43,18 @@ class Cursor(NamedTuple):
 
 
 class LocalSource:
-    """NVML in this process. The node reader, and pynvml with it, is opened on the first read: a
-    missing package then fails that run like a missing library, and the next run tries again."""
+    """NVML in this process, and the kernel's log. The node reader, and pynvml with it, is opened on the
+    first read: a missing package then fails that run like a missing library, and the next run tries again.
+    The kernel's log is read whether NVML answers or not (`kernel_events`); its cursor is handed to
+    `save_kernel_cursor` once a run submitted what it read."""
 
-    def __init__(self, open_reader: Callable[[], "NodeReader"]):
+    def __init__(self, open_reader: Callable[[], "NodeReader"], kernel: Optional[KernelEvents] = None,
+                 save_kernel_cursor: Callable[[str], None] = lambda _: None):
         self._open = open_reader
         self.reader: Optional[NodeReader] = None
+        self.kernel = kernel
+        self.save_kernel_cursor = save_kernel_cursor
+        self._kernel_saved = kernel.committed if kernel is not None else None
 
     def read(self) -> Snapshot:
         if self.reader is None:
@@ -55,16 +62,33 @@ class LocalSource:
                 self.reader = self._open()
             except MissingPackage as e:
                 raise LibraryUnavailable(str(e)) from None
-        return self.reader.read()
+        snapshot = self.reader.read()
+        snapshot.events += self.kernel_events(snapshot.node)
+        return snapshot
+
+    def kernel_events(self, node: Node) -> List[Event]:
+        """The kernel's events not yet submitted, and into `node` why the log cannot be read, if it cannot."""
+        if self.kernel is None:
+            return []
+        events = [load(Event, raw, "kernel event") for raw in self.kernel.read()]
+        node.kernel_log_problem = self.kernel.problem
+        return events
 
     def submitted(self) -> None:
-        """This run's events reached the Agent: the node reader stops handing them out."""
+        """This run's events reached the Agent: the node reader and the kernel's log stop handing them out."""
         if self.reader is not None:
             self.reader.acknowledge()
+        if self.kernel is not None:
+            self.kernel.acknowledge()
+            if self.kernel.committed != self._kernel_saved:
+                self.save_kernel_cursor(self.kernel.committed.dumps())
+                self._kernel_saved = self.kernel.committed
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+        if self.kernel is not None:
+            self.kernel.close()
 
 
 class SidecarSource:

@@ -272,6 +272,8 @@ def test_models_fill_in_defaults_and_types():
     assert empty.temperature_margin == 5.0 and isinstance(empty.temperature_margin, float)
     assert empty.max_processes_per_device == 64
     assert empty.kubelet_tls_verify is None and empty.proc_root is None
+    assert empty.kernel_log == "auto" and derived({}).kernel_log == "auto"
+    assert derived({"kernel_log": "/var/log/kern.log"}).kernel_log == "/var/log/kern.log"
     full = model({"kubernetes": False, "xid_ignore": [13, 43], "disabled_collectors": ["gpm"],
                   "hourly_price": {"NVIDIA H100*": 4.0}, "effective_threshold": 75})
     assert full.kubernetes is False

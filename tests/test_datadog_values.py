@@ -37,12 +37,15 @@ def check_instance(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, An
 def agent_pod(values: Dict[str, Any]) -> Dict[str, Any]:
     """A Pod carrying what the values add to the Datadog chart's Agent pod, for schema checks."""
     agents = values["agents"]
+    agent = agents.get("containers", {}).get("agent", {})
     container = {
         "name": "agent",
         "image": f"{agents['image']['repository']}:{agents['image']['tag']}",
-        "env": agents.get("containers", {}).get("agent", {}).get("env", []),
+        "env": agent.get("env", []),
         "volumeMounts": agents.get("volumeMounts", []),
     }
+    if "securityContext" in agent:
+        container["securityContext"] = agent["securityContext"]
     spec = {"containers": [container], "volumes": agents.get("volumes", []), "tolerations": agents["tolerations"]}
     if "affinity" in agents:
         spec["affinity"] = agents["affinity"]
@@ -87,6 +90,10 @@ def test_datadog_values_sidecar_mode():
     # The sidecar reads sysfs, not the check: no sysfs_root, no /sys in the Agent pod.
     assert "sysfs_root" not in instance
     assert all(v.get("hostPath", {}).get("path") != "/sys" for v in values["agents"]["volumes"])
+    # Nor the kernel's log: no kernel_log, no /dev/kmsg, no capability added to the Agent.
+    assert "kernel_log" not in instance
+    assert all(v.get("hostPath", {}).get("path") != "/dev/kmsg" for v in values["agents"]["volumes"])
+    assert "containers" not in values["agents"]
 
 
 def test_datadog_values_local_mode():
@@ -103,14 +110,23 @@ def test_datadog_values_local_mode():
     # The check reads the host's /sys, mounted read-only (submounts too where the runtime can) at
     # sysfs_root, clear of /host/sys where the chart mounts the host's cgroups.
     assert instance["sysfs_root"] == "/host/sysfs"
-    (volume,) = values["agents"]["volumes"]
+    volumes = {v["name"]: v for v in values["agents"]["volumes"]}
+    mounts = {m["name"]: m for m in values["agents"]["volumeMounts"]}
+    assert set(volumes) == set(mounts) == {"host-sysfs", "kmsg"}
+    volume, mount = volumes["host-sysfs"], mounts["host-sysfs"]
     assert volume["hostPath"] == {"path": "/sys", "type": "Directory"}
-    (mount,) = values["agents"]["volumeMounts"]
     for directory in SYSFS_READS:
         assert values_mount(values, posixpath.join(instance["sysfs_root"], *directory)) == (mount, volume)
     assert mount["mountPath"] == instance["sysfs_root"]
     assert mount["readOnly"] is True and mount["recursiveReadOnly"] == "IfPossible"
     assert "mountPropagation" not in mount
+
+    # The kernel's log: the host's /dev/kmsg, read-only where kernel_log: auto opens it, and SYSLOG,
+    # the one capability the values give the agent container (none dropped, none else added).
+    assert instance["kernel_log"] == "auto"
+    assert mounts["kmsg"] == {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}
+    assert volumes["kmsg"] == {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}
+    assert values["agents"]["containers"]["agent"]["securityContext"] == {"capabilities": {"add": ["SYSLOG"]}}
 
     gpu = values["datadog"]["gpuMonitoring"]
     assert gpu["enabled"] is True and gpu["runtimeClassName"] == "nvidia"

@@ -59,6 +59,7 @@ VALUE_SETS = {
         "imagePullSecrets": [{"name": "regcred"}],
         "sidecar": {"simulate": "dgx-h100"},
     },
+    "no-kernel-log": {"kernelLog": {"enabled": False}},
     # GKE: the host's driver directory, and the library in it.
     "gke": {
         "runtimeClassName": "",
@@ -126,16 +127,17 @@ def test_nvidia_runtime_host_pid_and_no_api_access():
 
 
 @needs_helm
-def test_runs_as_uid_0_with_every_capability_dropped():
+def test_runs_as_uid_0_with_every_capability_dropped_but_syslog():
     # uid 0 reads pod-resources (the kubelet's socket is root's; connecting needs write permission on
-    # it) and needs no capability to: the default render holds nothing else.
+    # it) and needs no capability to; SYSLOG opens /dev/kmsg where kernel.dmesg_restrict is 1. The
+    # default render holds nothing else.
     pod = pod_spec(daemonset())
     pod_security = pod["securityContext"]
     assert (pod_security["runAsUser"], pod_security["runAsGroup"], pod_security["runAsNonRoot"]) == (0, 0, False)
     assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
     for container in pod["containers"]:
         security = container["securityContext"]
-        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
         assert security["allowPrivilegeEscalation"] is False
         assert security["readOnlyRootFilesystem"] is True
         assert security.get("privileged") is not True
@@ -186,6 +188,11 @@ def test_host_directories():
     assert "mountPropagation" not in sysfs
     assert volumes[sysfs["name"]]["hostPath"] == {"path": "/sys", "type": "Directory"}
 
+    # The host's kernel log, the device itself, read-only where the sidecar opens it.
+    kmsg = mounts["/dev/kmsg"]
+    assert kmsg["readOnly"] is True
+    assert volumes[kmsg["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+
 
 @needs_helm
 def test_the_sidecar_writes_only_its_socket_and_state_directories_on_the_host():
@@ -226,6 +233,11 @@ def test_command_and_paths_match_the_mounts():
     assert args["--proc-root"] == "/proc"  # the host's, through hostPID
     assert "--simulate" not in args
 
+    # auto: /dev/kmsg, the host's, mounted where the sidecar opens it.
+    assert args["--kernel-log"] == "auto"
+    mount, volume = mount_for(ds, container, "/dev/kmsg")
+    assert mount["mountPath"] == "/dev/kmsg" == volume["hostPath"]["path"] and mount["readOnly"] is True
+
     # What the sidecar reads below --sysfs-root is on the host's /sys.
     assert args["--sysfs-root"] == "/host/sys"
     for directory in SYSFS_READS:
@@ -251,6 +263,54 @@ def test_rolling_update():
     assert daemonset()["spec"]["updateStrategy"]["type"] == "RollingUpdate"
 
 
+def kmsg_mounts(ds: Dict[str, Any]) -> list:
+    """The sidecar's mounts of /dev/kmsg, and the pod's volumes of it."""
+    volumes = [v for v in pod_spec(ds)["volumes"] if v.get("hostPath", {}).get("path") == "/dev/kmsg"]
+    mounts = [m for m in sidecar_container(ds)["volumeMounts"] if m["mountPath"] == "/dev/kmsg"]
+    return mounts + volumes
+
+
+@needs_helm
+def test_the_kernel_log_is_the_hosts_kmsg_read_only_with_syslog_the_only_capability_added():
+    assert chart_values()["kernelLog"] == {"enabled": True}
+    ds = daemonset()
+    mount, volume = kmsg_mounts(ds)
+    assert mount == {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}
+    assert volume == {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}
+    security = sidecar_container(ds)["securityContext"]
+    assert security["capabilities"]["add"] == ["SYSLOG"]
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert security.get("privileged") is not True and security["allowPrivilegeEscalation"] is False
+    # Added to the capabilities of one's own, once.
+    own = {"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE", "SYSLOG"]}}}
+    assert sidecar_container(daemonset(own))["securityContext"]["capabilities"] == {
+        "drop": ["ALL"], "add": ["SYS_PTRACE", "SYSLOG"]}
+    # The values themselves are left as they are, for the init container among others.
+    (init,) = pod_spec(daemonset(VALUE_SETS["non-root"]))["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+
+
+@needs_helm
+def test_the_kernel_log_switched_off_mounts_nothing_adds_nothing_and_passes_none():
+    ds = daemonset(VALUE_SETS["no-kernel-log"])
+    assert kmsg_mounts(ds) == []
+    container = sidecar_container(ds)
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert options(container["args"])["--kernel-log"] == "none"
+    # Everything else renders as it does with the log on.
+    on = sidecar_container(daemonset())
+    assert [m for m in on["volumeMounts"] if m["mountPath"] != "/dev/kmsg"] == container["volumeMounts"]
+
+
+@needs_helm
+def test_a_simulated_node_reads_its_own_kernel_log():
+    # With --simulate and no --kernel-log the simulated node's log stands in; off still passes none.
+    args = options(sidecar_container(daemonset({"sidecar": {"simulate": "faults"}}))["args"])
+    assert args["--simulate"] == "faults" and "--kernel-log" not in args
+    off = {"sidecar": {"simulate": "faults"}, "kernelLog": {"enabled": False}}
+    assert options(sidecar_container(daemonset(off))["args"])["--kernel-log"] == "none"
+
+
 @needs_helm
 def test_a_non_root_user_gets_the_host_directories_from_an_init_container():
     ds = daemonset(VALUE_SETS["non-root"])
@@ -267,7 +327,8 @@ def test_a_non_root_user_gets_the_host_directories_from_an_init_container():
     assert {m["mountPath"] for m in init["volumeMounts"]} == {"/var/run/gpu-monitoring", "/var/lib/gpu-monitoring"}
     # The sidecar itself keeps every other protection.
     security = sidecar_container(ds)["securityContext"]
-    assert security["capabilities"] == {"drop": ["ALL"]} and security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert security["readOnlyRootFilesystem"] is True
 
 
 @needs_helm

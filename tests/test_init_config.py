@@ -20,6 +20,8 @@ def test_an_instance_option_in_init_config_is_refused_saying_where_it_goes():
     assert str(error.value) == "`metrics_profile` is an instance option: set it in each instance, not in init_config"
     with pytest.raises(ConfigurationError, match="`tags` is an instance option"):
         make({"service": "training", "tags": ["team:ml"]})
+    with pytest.raises(ConfigurationError, match="`kernel_log` is an instance option"):
+        make({"kernel_log": "none"})
 
 
 def test_an_unknown_init_config_option_is_refused_naming_the_closest_one():

@@ -3,6 +3,7 @@ offline by that chart (its vendored copy, see deploy_support.DATADOG_CHART) with
 engine: what every key of each file does to the Agent DaemonSet, and local mode on the NVIDIA
 runtime without the Agent's built-in `gpu` check, a duplicate env name or pod-resources mount."""
 
+import copy
 import posixpath
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Tuple
@@ -105,6 +106,12 @@ def local_confd(r: Render) -> None:
         mount, volume = r.mount_of(r.agent, posixpath.join(r.instance["sysfs_root"], *directory))
         assert mount["mountPath"] == r.instance["sysfs_root"]
         assert mount["readOnly"] is True and volume["hostPath"]["path"] == "/sys"
+    # kernel_log: auto opens /dev/kmsg, the host's, read-only, with SYSLOG in the agent container.
+    assert r.instance["kernel_log"] == "auto"
+    mount, volume = r.mount_of(r.agent, "/dev/kmsg")
+    assert mount["mountPath"] == "/dev/kmsg" and mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert "SYSLOG" in r.agent["securityContext"]["capabilities"]["add"]
 
 
 def image_repository(r: Render) -> None:
@@ -150,19 +157,48 @@ def socket_volume_mounts(r: Render) -> None:
     assert declared["readOnly"] is True
 
 
-def sysfs_volume(r: Render) -> None:
-    (declared,) = r.values["agents"]["volumes"]
-    assert r.volume(declared["name"]) == declared
-    assert declared["hostPath"] == {"path": "/sys", "type": "Directory"}
+def declared(r: Render, key: str, name: str) -> Dict[str, Any]:
+    """The entry of agents.<key> (volumes, volumeMounts) of that name."""
+    (found,) = [entry for entry in r.values["agents"][key] if entry["name"] == name]
+    return found
 
 
-def sysfs_volume_mounts(r: Render) -> None:
-    (declared,) = r.values["agents"]["volumeMounts"]
-    assert declared["mountPath"] == r.instance["sysfs_root"]
-    assert declared["readOnly"] is True and declared["recursiveReadOnly"] == "IfPossible"
-    # Every Agent container gets it as it is, no init container does.
-    assert all(declared in c["volumeMounts"] for c in r.containers.values())
-    assert not any(declared in c.get("volumeMounts", []) for c in r.init_containers.values())
+def sysfs_and_kmsg_volumes(r: Render) -> None:
+    assert [v["name"] for v in r.values["agents"]["volumes"]] == ["host-sysfs", "kmsg"]
+    sysfs, kmsg = declared(r, "volumes", "host-sysfs"), declared(r, "volumes", "kmsg")
+    assert r.volume(sysfs["name"]) == sysfs and r.volume(kmsg["name"]) == kmsg
+    assert sysfs["hostPath"] == {"path": "/sys", "type": "Directory"}
+    assert kmsg["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+
+
+def sysfs_and_kmsg_volume_mounts(r: Render) -> None:
+    assert [m["name"] for m in r.values["agents"]["volumeMounts"]] == ["host-sysfs", "kmsg"]
+    sysfs, kmsg = declared(r, "volumeMounts", "host-sysfs"), declared(r, "volumeMounts", "kmsg")
+    assert sysfs["mountPath"] == r.instance["sysfs_root"]
+    assert sysfs["readOnly"] is True and sysfs["recursiveReadOnly"] == "IfPossible"
+    # The device itself, read-only, where kernel_log: auto opens it.
+    assert kmsg == {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}
+    # Every Agent container gets them as they are, no init container does.
+    for mount in (sysfs, kmsg):
+        assert all(mount in c["volumeMounts"] for c in r.containers.values())
+        assert not any(mount in c.get("volumeMounts", []) for c in r.init_containers.values())
+
+
+def agent_syslog(r: Render) -> None:
+    """SYSLOG is the one capability the values add, to the agent container alone; the chart's own stay."""
+    without = copy.deepcopy(r.values)
+    del without["agents"]["containers"]["agent"]["securityContext"]
+    before = Render(without, render_datadog(without))
+    security, security_before = r.agent["securityContext"], before.agent["securityContext"]
+    added = security["capabilities"]["add"]
+    assert [c for c in added if c not in security_before["capabilities"]["add"]] == ["SYSLOG"]
+    # Nothing else changes: the chart's MKNOD (datadog.gpuMonitoring) and readOnlyRootFilesystem stay,
+    # no drop list goes or comes.
+    assert dict(security, capabilities={"add": [c for c in added if c != "SYSLOG"]}) == security_before
+    assert security["readOnlyRootFilesystem"] is True
+    for name, container in r.containers.items():
+        if name != "agent":
+            assert container.get("securityContext") == before.containers[name].get("securityContext"), name
 
 
 def tolerations(r: Render) -> None:
@@ -220,8 +256,9 @@ KEY_CHECKS: Dict[Path, Dict[Tuple[str, ...], Callable[[Render], None]]] = {
         ("agents", "image", "tag"): image_tag,
         ("agents", "image", "tagSuffix"): image_tag_suffix,
         ("agents", "containers", "agent", "env"): agent_env,
-        ("agents", "volumes"): sysfs_volume,
-        ("agents", "volumeMounts"): sysfs_volume_mounts,
+        ("agents", "containers", "agent", "securityContext"): agent_syslog,
+        ("agents", "volumes"): sysfs_and_kmsg_volumes,
+        ("agents", "volumeMounts"): sysfs_and_kmsg_volume_mounts,
         ("agents", "tolerations"): tolerations,
         ("agents", "affinity"): affinity,
     },
@@ -309,18 +346,20 @@ def test_sidecar_mode_keeps_the_agent_pod_off_the_nvidia_runtime(renders):
 
 
 
-def test_local_mode_sysfs_is_alone_at_its_path_in_every_agent_container():
-    """With every chart feature that adds a container on, the host's /sys still overlaps no chart
-    mount; at /host/sys it would sit above the host's cgroups, which the chart mounts at
-    /host/sys/fs/cgroup."""
+def test_local_mode_sysfs_and_kmsg_are_alone_at_their_paths_in_every_agent_container():
+    """With every chart feature that adds a container on, the host's /sys and /dev/kmsg still overlap
+    no chart mount; at /host/sys the first would sit above the host's cgroups, which the chart mounts
+    at /host/sys/fs/cgroup."""
     values = merge_values(FEATURES, values_of(DATADOG_VALUES_LOCAL))
     r = Render(values, render_datadog(values))
-    (declared,) = values["agents"]["volumeMounts"]
+    sysfs, kmsg = (declared(r, "volumeMounts", name) for name in ("host-sysfs", "kmsg"))
     assert len(r.containers) > 3
     for name, container in r.containers.items():
-        assert declared in container["volumeMounts"], name
-        assert overlapping_mounts(container, declared) == [], name
-    assert overlapping_mounts(r.agent, dict(declared, mountPath="/host/sys")) == ["/host/sys/fs/cgroup"]
+        # /dev/kmsg too: no chart mount of /dev or of the device in any of them.
+        for mount in (sysfs, kmsg):
+            assert mount in container["volumeMounts"], name
+            assert overlapping_mounts(container, mount) == [], name
+    assert overlapping_mounts(r.agent, dict(sysfs, mountPath="/host/sys")) == ["/host/sys/fs/cgroup"]
 
 
 def test_the_agent_connects_to_the_sidecar_socket_as_its_owner(renders):

@@ -102,9 +102,12 @@ def test_stand_ins_fill_only_the_options_the_instance_leaves_unset(datadog_agent
         "kubernetes": "true",
         "kubelet_url": "https://127.0.0.1:10250",
         "hourly_price": {"Tesla T4": 0.35},
+        "kernel_log": "/simulated/kmsg",
     }
     result = derive(config, standing_in)
     assert result.proc_root == "/node/proc" and result.kubernetes == "false"
+    assert result.kernel_log == "/simulated/kmsg"
+    assert derive(validated({"kernel_log": "none"}), standing_in).kernel_log == "none"
     assert result.kubelet["url"] == "https://127.0.0.1:10250/pods"
     assert result.hourly_price == {"Tesla T4": 0.35}
     assert derive(config, {}) == derive(config)

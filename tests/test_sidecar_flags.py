@@ -9,6 +9,7 @@ import pytest
 
 from gpu_monitoring.cli.main import main
 from gpu_monitoring.config.proc_root import default_proc_root
+from gpu_monitoring.config.rules import RULES
 from gpu_monitoring.config.spec_options import DEFAULTS
 from gpu_monitoring.nvml import library
 from gpu_monitoring.nvml.errors import LibraryUnavailable
@@ -43,6 +44,12 @@ def refusal(capsys, *argv):
     (["sidecar", "--pod-cache-ttl", "soon"], "argument --pod-cache-ttl: must be a finite number >= 0; got 'soon'"),
     (["sidecar", "--nvml-library-path", " "], "argument --nvml-library-path: must be a non-empty string; got ' '"),
     (["sidecar", "--proc-root", ""], "argument --proc-root: must be a non-empty string; got ''"),
+    (["sidecar", "--kernel-log", "kern.log"],
+     "argument --kernel-log: must be auto, none or an absolute path such as /var/log/kern.log; got 'kern.log'"),
+    (["sidecar", "--kernel-log", "off"],
+     "argument --kernel-log: must be auto, none or an absolute path such as /var/log/kern.log; got 'off'"),
+    (["sidecar", "--kernel-log", ""],
+     "argument --kernel-log: must be auto, none or an absolute path such as /var/log/kern.log; got ''"),
 ])
 def test_a_bad_flag_is_an_argparse_error_naming_the_flag(capsys, argv, error):
     assert refusal(capsys, *argv) == error
@@ -58,6 +65,29 @@ def test_the_sidecars_defaults_are_the_checks():
     # Unset: the check's fallback, the host's /proc where it is mounted at /host/proc, else /proc.
     assert args.proc_root is None and default_proc_root() in ("/host/proc", "/proc")
     assert commands.choices["healthz"].parse_args([]).socket == DEFAULTS["sidecar_socket"]
+    # Unset, so that a simulated node's own log can stand in; then the check's default.
+    assert args.kernel_log is None
+    assert command.kernel_log_setting(args.kernel_log) == DEFAULTS["kernel_log"] == "auto"
+
+
+def sidecar_args(*argv):
+    commands = argparse.ArgumentParser(prog="gpu-monitoring").add_subparsers()
+    command.add_parsers(commands)
+    return commands.choices["sidecar"].parse_args(list(argv))
+
+
+@pytest.mark.parametrize("value", ["auto", "none", "/dev/kmsg", "/var/log/kern.log", "/host/var/log/kern.log"])
+def test_the_kernel_log_flag_takes_what_the_option_takes(value):
+    assert sidecar_args("--kernel-log", value).kernel_log == value == RULES["kernel_log"]("kernel_log", value)
+
+
+def test_a_simulated_node_s_kernel_log_stands_in_unless_the_flag_is_given():
+    simulated = {"proc_root": "/tmp/node/proc", "kernel_log": "/tmp/node/kmsg"}
+    assert command.kernel_log_setting(sidecar_args("--simulate", "dgx-h100").kernel_log, simulated) == "/tmp/node/kmsg"
+    given = sidecar_args("--simulate", "dgx-h100", "--kernel-log", "none").kernel_log
+    assert command.kernel_log_setting(given, simulated) == "none"
+    # A simulated node that keeps no log reads none: the host's would put real records beside its GPUs.
+    assert command.kernel_log_setting(None, {"proc_root": "/tmp/node/proc"}) == "none"
 
 
 def test_a_library_that_cannot_be_loaded_is_named_by_the_option_that_gave_it(tmp_path):

@@ -84,6 +84,24 @@ def test_the_unit_reads_the_hosts_sysfs_and_proc_and_writes_neither():
     assert not any(p == "/sys" or p.startswith(("/sys/", "/proc")) for p in service["ReadWritePaths"].split())
 
 
+def test_the_unit_reads_the_kernel_log_with_cap_syslog_alone():
+    service = {key: values[-1] for key, values in systemd_unit(UNIT)["Service"].items()}
+    assert options(shlex.split(service["ExecStart"]))["--kernel-log"] == "auto"
+    # The unit's user is not root: the capability is ambient, and the only one in the bounding set.
+    assert service["User"] != "root"
+    assert service["CapabilityBoundingSet"] == "CAP_SYSLOG" == service["AmbientCapabilities"]
+    # Nothing that hides /dev/kmsg or forbids reading it: ProtectKernelLogs= removes CAP_SYSLOG and
+    # makes /dev/kmsg inaccessible, PrivateDevices= leaves only pseudo-devices, PrivateUsers= makes
+    # every capability one of a user namespace, which the kernel's syslog checks do not honour.
+    for key in ("ProtectKernelLogs", "PrivateDevices", "PrivateUsers"):
+        assert service.get(key, "no") in ("no", "false", "0"), key
+    for key in ("DevicePolicy", "DeviceAllow", "SystemCallFilter"):
+        assert key not in service, key
+    assert not any("/dev/kmsg" == h or "/dev/kmsg".startswith(h.rstrip("/") + "/") for h in hidden_paths(service))
+    # A drop-in's flags come after ExecStart's and win: how the README turns the log off.
+    assert shlex.split(service["ExecStart"])[-1] == "$GPU_MONITORING_SIDECAR_OPTIONS"
+
+
 def test_systemd_readme_installs_what_the_unit_runs():
     readme = (DEPLOY / "systemd" / "README.md").read_text()
     unit = systemd_unit(UNIT)
@@ -97,3 +115,6 @@ def test_systemd_readme_installs_what_the_unit_runs():
     assert "source: sidecar" in readme and f"sidecar_socket: {chart_socket_path()}" in readme
     sysfs_root = options(shlex.split(unit["Service"]["ExecStart"][-1]))["--sysfs-root"]
     assert f"`--sysfs-root {sysfs_root}`" in readme and "`ProtectKernelTunables=`" in readme
+    kernel_log = options(shlex.split(unit["Service"]["ExecStart"][-1]))["--kernel-log"]
+    assert f"`--kernel-log {kernel_log}`" in readme and "`CapabilityBoundingSet=CAP_SYSLOG`" in readme
+    assert "Environment=GPU_MONITORING_SIDECAR_OPTIONS=--kernel-log=none" in readme

@@ -12,6 +12,14 @@
 #   docker exec gpu-sidecar gpu-monitoring healthz --socket /var/run/gpu-monitoring/sidecar.sock
 #
 # libnvidia-ml is not in the image: the NVIDIA container runtime mounts the host driver's copy.
+#
+# The kernel's log (--kernel-log auto: /dev/kmsg) needs the host's device in the container and,
+# where kernel.dmesg_restrict is 1 (Ubuntu 22.04 and later, RHEL), CAP_SYSLOG, which the image's
+# user (10001) cannot hold: a container's added capabilities reach uid 0 only. By hand:
+#
+#   docker run --user 0 --cap-drop ALL --cap-add SYSLOG --device /dev/kmsg:/dev/kmsg:r ...
+#
+# or pass --kernel-log none. The chart runs the sidecar as uid 0 and adds SYSLOG itself.
 
 # --- builder: the wheel, from the sources only (no local venv or build output gets in) ---
 FROM python:3.12-slim AS builder

@@ -3,7 +3,8 @@
 It reads a Snapshot (NVML, processes with their cgroup owners, pod-resources allocations)
 and the kubelet's pods, and never calls NVML or submits anything. One pass, each stage once:
 targets (what can be held) → claims (who was given each, through device plugins or DRA) →
-owners (who runs each process) → workloads (each holder's share and use) → fleet (funnel, cost).
+owners (who runs each process, and whose process each XID hit) → workloads (each holder's share and
+use) → fleet (funnel, cost).
 """
 
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 from gpu_monitoring.attribution.claims import Claimed, claims
 from gpu_monitoring.attribution.fleet import DeviceState, Fleet, FunnelKey, PriceOf, fleet, hourly_price
 from gpu_monitoring.attribution.holders import Holder, PodDirectory, Tagger
-from gpu_monitoring.attribution.owners import owners
+from gpu_monitoring.attribution.owners import event_owners, owners
 from gpu_monitoring.attribution.targets import TargetKey, targets
 from gpu_monitoring.attribution.workloads import Workload, Workloads, workloads
 from gpu_monitoring.kube.pod_list import PodInfo
@@ -43,6 +44,8 @@ class Attribution:
     funnel: Dict[FunnelKey, Dict[str, int]]  # counts by (GPU model, activity basis)
     allocations_from: str  # pod_resources | processes
     problems: List[str]
+    # The owner of the process each XID hit, by the event's position in the snapshot's events.
+    event_holders: Dict[int, Holder] = field(default_factory=dict)
 
 
 def attribute(
@@ -63,6 +66,7 @@ def attribute(
         funnel=node.funnel,
         allocations_from="pod_resources" if claimed.from_pod_resources else "processes",
         problems=claimed.problems,
+        event_holders=event_owners(snapshot.events, directory),
     )
 
 

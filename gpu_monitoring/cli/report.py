@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.metrics.names import XID_ERRORS
+from gpu_monitoring.metrics.spec import NAMESPACE
 
 DEFAULT_INTERVAL = 15
 DEFAULT_RUNS = 2
@@ -58,7 +60,8 @@ def _run(check, runs: int, interval: float, aggregator) -> Tuple["_History", Dic
             previous = _counter_values(aggregator)
         aggregator.reset()
         errors += _error_messages(check.run())
-        history.add(count + 1, _scenario_time(check), _service_checks(aggregator), _events(aggregator))
+        history.add(count + 1, _scenario_time(check), _service_checks(aggregator), _events(aggregator),
+                    _xid_counts(aggregator))
     return history, previous, errors
 
 
@@ -98,12 +101,15 @@ class _History:
         self.runs: List[Dict[str, Any]] = []
         self.events: List[dict] = []
         self.changes: List[dict] = []
+        self.xids: List[dict] = []
         self._before: Dict[Tuple, Tuple[str, str]] = {}
 
-    def add(self, number: int, at: Optional[float], service_checks: List[dict], events: List[dict]) -> None:
+    def add(self, number: int, at: Optional[float], service_checks: List[dict], events: List[dict],
+            xids: List[dict]) -> None:
         when = {"run": number, "at": at}
         self.runs.append(when)
         self.events += [dict(event, **when) for event in events]
+        self.xids += [dict(xid, **when) for xid in xids]
         for check in service_checks:
             key, now = (check["name"], tuple(check["tags"])), (check["status"], check["message"])
             was = self._before.get(key)
@@ -112,7 +118,8 @@ class _History:
             self._before[key] = now
 
     def report(self, interval: float) -> Dict[str, Any]:
-        return {"runs": self.runs, "interval": interval, "events": self.events, "changes": self.changes}
+        return {"runs": self.runs, "interval": interval, "events": self.events, "changes": self.changes,
+                "xids": self.xids}
 
 
 def _changed(was: Optional[Tuple[str, str]], now: Tuple[str, str]) -> bool:
@@ -184,6 +191,12 @@ def _events(aggregator) -> List[dict]:
          "tags": sorted(e.get("tags") or [])}
         for e in aggregator.events
     ]
+
+
+def _xid_counts(aggregator) -> List[dict]:
+    """The run's XID counts with their tags: every run's, since XIDs come in one run and not the next."""
+    stubs = aggregator.metrics(f"{NAMESPACE}.{XID_ERRORS}")
+    return [{"value": stub.value, "tags": sorted(stub.tags)} for stub in stubs]
 
 
 def _error_messages(error: str) -> List[str]:

@@ -44,6 +44,7 @@ def summarize(report: Dict[str, Any]) -> Summary:
         "activity_sources": _activity_sources(metrics),
         "cost": {"hourly": _total(metrics, COST_HOURLY), "idle_hourly": _total(metrics, COST_IDLE_HOURLY)},
         "workloads": _workloads(metrics),
+        "application_xids": _application_xids(report.get("xids", [])),
         "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != Status.OK.name],
     }
 
@@ -58,6 +59,7 @@ def summary_lines(report: Dict[str, Any], width: Optional[int] = None) -> List[s
         *run_by_run.change_lines(report, width),
         *run_by_run.event_lines(report, width),
         *_workload_lines(summary["workloads"]),
+        *_application_xid_lines(summary["application_xids"], width),
     ]
 
 
@@ -84,6 +86,25 @@ def _workloads(metrics: List[dict]) -> List[dict]:
             totals[_who(_tags(series))][position] += series["value"]
     return [{"workload": who, "gpus": gpus, "cost_hourly": hourly, "cost_idle_hourly": idle}
             for who, (gpus, hourly, idle) in sorted(totals.items()) if hourly or idle]
+
+
+def _application_xids(xids: List[dict]) -> List[dict]:
+    """Application XIDs (the workload's fault, not the GPU's) of every run, per workload and code: the
+    kernel's log names the process each hit."""
+    totals: Dict[Tuple[str, str, str], float] = defaultdict(float)
+    for series in xids:
+        tags = _tags(series)
+        if tags.get("xid_origin") == "application":
+            totals[(_hit(tags), tags.get("xid", "?"), tags.get("gpu_index", "?"))] += series["value"]
+    return [{"workload": who, "xid": code, "gpu_index": index, "count": count}
+            for (who, code, index), count in sorted(totals.items())]
+
+
+def _hit(tags: Dict[str, str]) -> str:
+    """Whose process an XID hit: its workload, else the name the driver gave it, else unknown."""
+    if {"pod_name", "slurm_job_id", "container_id"} & set(tags):
+        return _who(tags)
+    return f"process {tags['process_name']}" if "process_name" in tags else "unknown process"
 
 
 def _holders(metrics: List[dict], index: str) -> List[str]:
@@ -206,6 +227,15 @@ def _workload_lines(workloads: List[dict]) -> List[str]:
             for w in workloads]
     header = _WORKLOAD_ROW.format("workload", "GPUs", "cost", "idle cost")
     return [f"\n=== Workload cost ({len(workloads)}) ===", header, *rows]
+
+
+def _application_xid_lines(xids: List[dict], width: Optional[int]) -> List[str]:
+    if not xids:
+        return []
+    lines = [f"\n=== Application XIDs per workload ({len(xids)}) ==="]
+    for row in xids:
+        lines += fit(f"{row['workload']}: XID {row['xid']} × {row['count']:,.0f} on GPU {row['gpu_index']}", width, 2)
+    return lines
 
 
 def _holder_text(holders: List[str]) -> str:

@@ -77,7 +77,7 @@ class NodeReader:
         self.allocations = allocations
         self.lost_restart_interval = lost_restart_interval
         # The sidecar waits on NVML events in a thread of its own; one run of the check drains them here.
-        self.events = EventWatcher() if watch_events else None
+        self.events = EventWatcher(clock) if watch_events else None
         self._undelivered: List[RawEvent] = []
         self._in_snapshot = 0
         self._lost_since: Optional[float] = None
@@ -86,6 +86,7 @@ class NodeReader:
         # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root;
         # `clock` is the one its counters follow.
         self.hardware = HardwareReader(sysfs_root, proc_root, clock) if sysfs_root else None
+        self.clock = clock
         self.collectors = self._build_collectors(profile)
 
     def _build_collectors(self, profile: Profile) -> List[Collector]:
@@ -196,7 +197,7 @@ class NodeReader:
             self.hardware.read_into(node)
         return snapshot.Snapshot(
             allocations=self.allocations.read(_users(devices)) if self.allocations else snapshot.Allocations(),
-            timestamp=time.time(),
+            timestamp=self.clock(),
             node=node,
             devices=devices,
             events=[snapshot.Event(**event.record()) for event in raw_events],

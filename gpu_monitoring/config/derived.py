@@ -36,6 +36,7 @@ class Derived:
     pod_resources_socket: str
     proc_root: str
     sysfs_root: str
+    kernel_log: str  # auto | none | a path; a simulated node's file of kmsg records where the instance leaves it unset
     expected_gpus: Optional[int]
     hourly_price: Mapping[str, float]
     disabled_collectors: List[str]  # with `processes` when collect_processes is false
@@ -44,7 +45,7 @@ class Derived:
 
 def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = None) -> Derived:
     """What a validated instance gives the check. `standing_in` holds a simulated node's values (its proc
-    root, prices, kubelet and pod-resources socket) for the options the instance does not set."""
+    root, sysfs, kernel log, prices, kubelet and pod-resources socket) for the options the instance does not set."""
     if standing_in:
         config = config.model_copy(update={k: v for k, v in standing_in.items() if k not in config.model_fields_set})
     return Derived(
@@ -53,6 +54,7 @@ def derive(config: InstanceConfig, standing_in: Optional[Mapping[str, Any]] = No
         pod_resources_socket=config.pod_resources_socket,
         proc_root=config.proc_root or default_proc_root(),
         sysfs_root=config.sysfs_root,
+        kernel_log=config.kernel_log,
         expected_gpus=config.expected_gpus,
         hourly_price=config.hourly_price,
         disabled_collectors=_disabled(config),

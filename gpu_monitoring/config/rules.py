@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Sequence
 from gpu_monitoring.config.spec_options import CHOICES
 from gpu_monitoring.config.value_checks import (
     OptionError,
+    absolute_path,
     boolean,
     choice,
     integers,
@@ -24,6 +25,10 @@ Rule = Callable[[str, Any], Any]
 
 DCGM_EXPORTER_MODES = ("auto", "none")
 EXPORTER_EXAMPLE = "http://<POD_IP>:9400/metrics"
+# auto: /dev/kmsg where it can be read; none: no kernel log; else the path of a log the host keeps.
+KERNEL_LOG_AUTO, KERNEL_LOG_NONE = "auto", "none"
+KERNEL_LOG_MODES = (KERNEL_LOG_AUTO, KERNEL_LOG_NONE)
+KERNEL_LOG_EXAMPLE = "/var/log/kern.log"
 # Beyond these a value is a typo, not a choice: a margin over any slowdown threshold warns on every
 # GPU, a timeout longer than a minute holds the Agent's worker, no currency prices a GPU hour at a
 # billion, and no GPU runs a million processes.
@@ -57,6 +62,18 @@ def dcgm_exporter_url(name: str, value: Any) -> str:
     if value in DCGM_EXPORTER_MODES:
         return value
     return url(name, value, example=f"{EXPORTER_EXAMPLE}, {' or '.join(DCGM_EXPORTER_MODES)}")
+
+
+def kernel_log(name: str, value: Any) -> str:
+    """`auto`, `none`, or the absolute path of a log: /dev/kmsg, a file of its records, or a text log."""
+    if isinstance(value, str) and value in KERNEL_LOG_MODES:
+        return value
+    try:
+        return absolute_path(name, value, example=KERNEL_LOG_EXAMPLE)
+    except OptionError:
+        modes = ", ".join(KERNEL_LOG_MODES)
+        raise OptionError(name, f"must be {modes} or an absolute path such as {KERNEL_LOG_EXAMPLE}; "
+                                f"got {value!r}") from None
 
 
 def automatic(name: str, value: Any, words: Sequence[str], maximum: float, integer: bool) -> Any:
@@ -101,6 +118,7 @@ RULES: Dict[str, Rule] = {
     "gpu_resource_names": strings,
     "dcgm_exporter_url": dcgm_exporter_url,
     "sysfs_root": text,
+    "kernel_log": kernel_log,
     "expected_gpus": partial(number, minimum=1, maximum=MAX_EXPECTED, integer=True),
     "expected_network_ports": partial(automatic, words=CHOICES["expected_network_ports"], maximum=MAX_EXPECTED,
                                       integer=True),

@@ -34,6 +34,14 @@ def socket_path(name: str, value: Any) -> str:
     return value
 
 
+def absolute_path(name: str, value: Any, example: str) -> str:
+    """A path from the root: a relative one would name a file in whatever directory the reader runs in.
+    Printable only: a newline or a tab in a path typed in YAML is a typo."""
+    if not isinstance(value, str) or not value.startswith("/") or not value.isprintable():
+        raise OptionError(name, f"must be an absolute path such as {example}; got {value!r}")
+    return value
+
+
 def url(name: str, value: Any, example: str) -> str:
     """An http(s) URL with a host and, if any, a numeric port in range."""
     text(name, value)

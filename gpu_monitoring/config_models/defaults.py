@@ -64,6 +64,10 @@ def instance_ignore_missing_sidecar():
     return False
 
 
+def instance_kernel_log():
+    return "auto"
+
+
 def instance_kubelet_timeout():
     return 5
 

@@ -67,6 +67,7 @@ class InstanceConfig(BaseModel):
     gpu_resource_names: Optional[tuple[str, ...]] = None
     hourly_price: Optional[MappingProxyType[str, float]] = None
     ignore_missing_sidecar: Optional[bool] = None
+    kernel_log: Optional[str] = None
     kubelet_ca_path: Optional[str] = None
     kubelet_timeout: Optional[float] = None
     kubelet_tls_verify: Optional[bool] = None

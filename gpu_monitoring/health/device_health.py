@@ -41,6 +41,7 @@ class Holdable(NamedTuple):
     status: Status
     reason: str
     reset: bool  # the GPU needs a reset or reboot: it counts toward escalation
+    since: Optional[float] = None  # when it happened, where that is before the run that saw it
 
 
 @dataclass
@@ -50,12 +51,14 @@ class Health:
     # This run's verdicts that ask for an action, by what they are about (`xid:48`, `dbe`, `recovery`).
     holdable: Dict[str, Holdable] = field(default_factory=dict)
 
-    def add(self, status: Status, reason: str, hold: Optional[str] = None, reset: bool = False) -> None:
-        """One reason; `hold` names a verdict that asks for an action, to be held until it is fixed."""
+    def add(self, status: Status, reason: str, hold: Optional[str] = None, reset: bool = False,
+            since: Optional[float] = None) -> None:
+        """One reason; `hold` names a verdict that asks for an action, to be held until it is fixed, from
+        `since` (a fault the kernel's log tells of after the fact) or else from the run that saw it."""
         self.reasons.append(reason)
         self.status = max(self.status, status)
         if hold is not None:
-            self.holdable.setdefault(hold, Holdable(status, reason, reset))
+            self.holdable.setdefault(hold, Holdable(status, reason, reset, since))
 
     @property
     def message(self) -> str:
@@ -109,14 +112,22 @@ def _events(health: Health, device: Device, events: Sequence[Event], ignored: se
         info = xid.in_context(code, xids.keys(), on_nvswitch)
         if code not in ignored and info.status is not Status.OK:
             held = info.action in xid.HELD_ACTIONS
-            health.add(info.status, f"{xid.label(code, count)} ({info.meaning}): {info.advice}",
-                       hold=f"xid:{code}" if held else None, reset=held)
+            since = min(event.timestamp for event in events if event.kind == "xid" and event.code == code)
+            health.add(info.status, f"{xid.label(code, count)} ({info.meaning}){_told(events, code)}: {info.advice}",
+                       hold=f"xid:{code}" if held else None, reset=held, since=since)
     if "ecc_dbe" in kinds:
         health.add(Status.CRITICAL, "double-bit ECC error event", hold=DBE, reset=True)
     if "gpu_unavailable" in kinds:
         health.add(Status.CRITICAL, "the GPU is unavailable: the driver reported it can no longer be used "
                                     "(NVML GPU-unavailable event); reset the GPU, or reboot the node if that fails",
                    hold=UNAVAILABLE, reset=True)
+
+
+def _told(events: Sequence[Event], code: int) -> str:
+    """Where only the kernel's log told of an XID: said, since NVML raised no event for it."""
+    if all(event.source == "kernel" for event in events if event.kind == "xid" and event.code == code):
+        return " [from the kernel's record]"
+    return ""
 
 
 # What the held verdicts of a double-bit ECC error, of the driver's recovery action and of a GPU the

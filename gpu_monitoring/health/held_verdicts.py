@@ -87,9 +87,10 @@ class HeldVerdicts:
         _expire(record, health.holdable, now, self.hold_seconds)
         for name, verdict in health.holdable.items():
             if name not in record.held:
-                record.held[name] = Held(int(verdict.status), verdict.reason, now)
+                since = min(verdict.since or now, now)
+                record.held[name] = Held(int(verdict.status), verdict.reason, since)
                 if verdict.reset:
-                    record.resets.append(now)
+                    record.resets.append(since)
         until = _UNTIL[key == NODE]
         for name, held in record.held.items():
             if name not in health.holdable:
@@ -102,6 +103,13 @@ class HeldVerdicts:
             self.records[key] = record
         else:
             self.records.pop(key, None)
+
+    def driver_loaded(self, at: float) -> None:
+        """The kernel's log says the driver loaded at `at`: what a GPU held from before is fixed, as after a
+        reload NVML shows (the node's own holds are a network's, which a driver load does not touch)."""
+        for key, record in self.records.items():
+            if key != NODE:
+                record.held = {name: held for name, held in record.held.items() if held.since >= at}
 
     def forget_others(self, uuids: Iterable[str]) -> None:
         """Keep only the GPUs this node lists (and the node's own): a GPU gone from it is forgotten."""

@@ -12,9 +12,11 @@ import fnmatch
 import logging
 from dataclasses import dataclass
 from statistics import multimode
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.kernel_faults import kernel_record
+from gpu_monitoring.health.pcie_aer import Counts, port_counts
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import (
     NETWORK_PORT_ERRORS_LINK_DOWNED,
@@ -26,6 +28,9 @@ from gpu_monitoring.metrics.names import (
     NETWORK_PORT_THROUGHPUT_RX,
     NETWORK_PORT_THROUGHPUT_TX,
     NETWORK_PORT_UP,
+    PCIE_AER_CORRECTED,
+    PCIE_AER_FATAL,
+    PCIE_AER_NONFATAL,
 )
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.snapshot import NetworkPort, PciFunction, Snapshot
@@ -53,6 +58,7 @@ ERRORS = {
 }
 THROUGHPUT = {"port_rcv_data": NETWORK_PORT_THROUGHPUT_RX, "port_xmit_data": NETWORK_PORT_THROUGHPUT_TX}
 BYTES_PER_DATA_WORD = 4
+AER_SERIES = {"corrected": PCIE_AER_CORRECTED, "nonfatal": PCIE_AER_NONFATAL, "fatal": PCIE_AER_FATAL}
 
 
 class NetworkExpectation(NamedTuple):
@@ -96,18 +102,22 @@ class NodeJudge:
         self._previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]] = {}
         self._told: Optional[str] = None
 
-    def judge(self, snapshot: Snapshot, nvml_read: bool = True) -> NodeVerdict:
+    def judge(self, snapshot: Snapshot, nvml_read: bool = True, init_failures: Optional[Mapping[str, str]] = None,
+              aer: Optional[Dict[str, Counts]] = None) -> NodeVerdict:
         """`nvml_read` False: NVML could not be read this run (its own service check says why), so the
-        GPUs on the bus are judged against the driver's record alone."""
+        GPUs on the bus are judged against the driver's record alone. `init_failures` are the GPUs the kernel's
+        log says the driver failed to initialise, by bus ID; `aer` the run's PCIe AER errors by function."""
         health = Health()
-        on_bus = self._gpus(health, snapshot, nvml_read)
+        on_bus = self._gpus(health, snapshot, nvml_read, init_failures or {})
         ports = [p for p in snapshot.node.network_ports or () if not self._excluded(p)]
         models = [device.name for device in snapshot.devices]
         wanted = expectation(self.expected_ports, self.expected_rate, models)
         read_at = snapshot.node.read_at if snapshot.node.read_at is not None else snapshot.timestamp
-        series = [self._series(port, read_at) for port in ports]
+        by_port = port_counts(aer or {}, ports)
+        series = [self._series(port, read_at, by_port.get((port.device, port.port))) for port in ports]
         if snapshot.node.network_ports is not None:  # a node without class/infiniband has nothing to judge
             _network(health, ports, wanted, self._previous)
+        kernel_record(health, snapshot.events, _nic_ports(ports), aer or {}, snapshot.node.kernel_log_problem)
         self._previous = {(p.device, p.port): (read_at, dict(p.counters)) for p in ports}
         return NodeVerdict(health, on_bus, series)
 
@@ -115,14 +125,15 @@ class NodeJudge:
         names = [port.device, f"{port.device}/{port.port}"] + ([port.netdev] if port.netdev else [])
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.exclude for name in names)
 
-    def _gpus(self, health: Health, snapshot: Snapshot, nvml_read: bool) -> Optional[int]:
+    def _gpus(self, health: Health, snapshot: Snapshot, nvml_read: bool,
+              init_failures: Mapping[str, str]) -> Optional[int]:
         node = snapshot.node
         if node.pci_functions is None:
             health.add(Status.WARNING, f"sysfs_root {self.sysfs_root} cannot be read ({node.sysfs_problem}): GPUs "
                                        "missing from the PCI bus cannot be seen")
             on_bus = None
         else:
-            on_bus = _gpus_on_bus(health, snapshot, self.sysfs_root, nvml_read)
+            on_bus = _gpus_on_bus(health, snapshot, self.sysfs_root, nvml_read, init_failures)
         self._tell_sysfs(health)
         found = len(snapshot.devices) if nvml_read else on_bus
         if self.expected_gpus is not None and found is not None and found < self.expected_gpus:
@@ -137,8 +148,9 @@ class NodeJudge:
             log.warning("%s", problem)
         self._told = problem
 
-    def _series(self, port: NetworkPort, timestamp: float) -> PortSeries:
+    def _series(self, port: NetworkPort, timestamp: float, aer: Optional[Counts]) -> PortSeries:
         values: Dict[str, float] = {NETWORK_PORT_UP: int(_up(port))}
+        values.update({AER_SERIES[severity]: count for severity, count in (aer or {}).items()})
         if port.rate_gbps is not None:
             values[NETWORK_PORT_RATE] = port.rate_gbps
         values.update({name: port.counters[key] for key, name in ERRORS.items() if key in port.counters})
@@ -151,7 +163,8 @@ class NodeJudge:
         return _port_tags(port), values
 
 
-def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str, nvml_read: bool) -> int:
+def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str, nvml_read: bool,
+                 init_failures: Mapping[str, str]) -> int:
     """Judges each NVIDIA GPU on the PCI bus against the driver's record and, where it was read, NVML's list;
     returns how many are on the bus for this host (not those passed to virtual machines)."""
     node = snapshot.node
@@ -166,6 +179,9 @@ def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str, nvml_read:
     here = [f for f in gpus if f.driver != PASSED_TO_VM]
     for function in gpus:
         problem = _missing(function, in_driver, in_nvml)
+        failure = init_failures.get(nvml_bus_id(function.address))
+        if problem and failure:
+            problem = f"{function.address} is on the PCI bus; the driver failed to initialise it ({failure})"
         if problem:
             health.add(Status.CRITICAL, problem)
     for function in gpus:
@@ -242,6 +258,15 @@ def _grew(port: NetworkPort, previous: Dict[Tuple[str, int], Tuple[float, Dict[s
     now = port.counters.get(counter)
     then = before[1].get(counter) if before else None
     return now - then if now is not None and then is not None and now > then else 0
+
+
+def _nic_ports(ports: List[NetworkPort]) -> Dict[str, List[str]]:
+    """The ports of each NIC function, by its bus ID in NVML's form."""
+    found: Dict[str, List[str]] = {}
+    for port in ports:
+        if port.pci_address:
+            found.setdefault(nvml_bus_id(port.pci_address), []).append(_name(port))
+    return found
 
 
 def _up(port: NetworkPort) -> bool:

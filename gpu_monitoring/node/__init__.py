@@ -1,7 +1,8 @@
 """The node around the GPUs as the kernel shows it: PCI functions, RDMA ports, boot ID."""
 
 import os
-from typing import Optional
+import re
+from typing import Dict, Optional, Tuple
 
 # A sysfs attribute is at most one page (kernel Documentation/filesystems/sysfs.rst, "Reading/Writing
 # Attribute Data"); a procfs sysctl such as boot_id is one line.
@@ -40,3 +41,37 @@ def _read(path: str) -> Optional[bytes]:
         return None
     finally:
         os.close(fd)
+
+
+# A PCI function's AER counters (kernel Documentation/ABI/testing/sysfs-bus-pci-devices-aer): one file a
+# severity, a line per error type, then the total (`TOTAL_ERR_COR 3`), counted since boot.
+AER_FILES = (("corrected", "aer_dev_correctable"), ("nonfatal", "aer_dev_nonfatal"), ("fatal", "aer_dev_fatal"))
+_AER_TOTAL = re.compile(rb"^TOTAL_ERR_[A-Z]+ (\d+)$", re.MULTILINE)
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def aer_paths(function_directory: str) -> Tuple[Tuple[str, str], ...]:
+    """(severity, its file) for a function's AER counters."""
+    return tuple((severity, os.path.join(function_directory, name)) for severity, name in AER_FILES)
+
+
+def read_aer(paths: Tuple[Tuple[str, str], ...]) -> Optional[Dict[str, int]]:
+    """A function's AER totals by severity; None where the kernel has no such files (before Linux 5.1,
+    AER not enabled, or the function has no AER capability). Cost: three reads."""
+    totals = {}
+    for severity, path in paths:
+        match = _AER_TOTAL.search(_read(path) or b"")
+        if match is None:
+            return None
+        totals[severity] = int(match.group(1))
+    return totals
+
+
+def parent_port(function_directory: str) -> Optional[str]:
+    """The PCI bridge directly above a function in the device tree: the port at the other end of its link.
+    None for a function on a root bus (its parent is the `pci<domain>:<bus>` directory)."""
+    try:
+        parent = os.path.basename(os.path.dirname(os.path.realpath(function_directory)))
+    except OSError:
+        return None
+    return parent if PCI_ADDRESS.fullmatch(parent) else None

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import read_count, read_value
+from gpu_monitoring.node import PCI_ADDRESS, aer_paths, parent_port, read_aer, read_count, read_value
 from gpu_monitoring.snapshot import NetworkPort
 
 INFINIBAND_DIRECTORY = ("class", "infiniband")
@@ -50,15 +50,19 @@ class _Fixed:
     netdev: Optional[str]
     directory: str
     counters: Tuple[Tuple[str, str], ...]  # (counter, its file)
+    pci_address: Optional[str]  # the NIC function the port is on
+    parent: Optional[str]  # the PCI port above that function
+    aer: Tuple[Tuple[str, str], ...]  # the function's AER counter files
 
 
 class PortReader:
     """Reads the ports under one sysfs root, run after run.
 
-    Cost of a read: a listing of `class/infiniband`, then 3 reads and up to 7 counter reads a port (a
-    GPU node has 8 to 12 ports). A device's ports, their link layer and network interface are resolved
-    only when the devices listed differ from the last read's (a device appeared, went, or its driver
-    was reloaded): a listing of each device's `ports` and `device/net`, and one read per interface.
+    Cost of a read: a listing of `class/infiniband`, then 3 reads, up to 7 counter reads and its NIC
+    function's 3 AER counter reads a port (a GPU node has 8 to 12 ports). A device's ports, their link
+    layer, network interface and PCI function are resolved only when the devices listed differ from the
+    last read's (a device appeared, went, or its driver was reloaded): a listing of each device's `ports`
+    and `device/net`, one read per interface and two resolved links.
     """
 
     def __init__(self, sysfs_root: str) -> None:
@@ -93,11 +97,16 @@ class PortReader:
     def _resolve(self, key: PortKey, ports: List[PortKey]) -> _Fixed:
         directory = os.path.join(self._directory, key[0], "ports", str(key[1]))
         single = sum(1 for device, _ in ports if device == key[0]) == 1
+        function = os.path.join(self._directory, key[0], "device")
+        address = os.path.basename(os.path.realpath(function))
         return _Fixed(
             link_layer=read_value(os.path.join(directory, "link_layer")),
             netdev=self._netdev(key, single),
             directory=directory,
             counters=tuple((name, os.path.join(directory, "counters", name)) for name in COUNTERS),
+            pci_address=address if PCI_ADDRESS.fullmatch(address) else None,
+            parent=parent_port(function),
+            aer=aer_paths(function),
         )
 
     def _netdev(self, key: PortKey, single_port: bool) -> Optional[str]:
@@ -135,6 +144,9 @@ class PortReader:
             link_layer=fixed.link_layer,
             netdev=fixed.netdev,
             counters=counters,
+            pci_address=fixed.pci_address,
+            parent=fixed.parent,
+            aer=read_aer(fixed.aer) if fixed.pci_address else None,
         )
 
 

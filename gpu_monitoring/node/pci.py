@@ -8,7 +8,7 @@ which drivers/pci/pci-sysfs.c writes as "0x%04x" and "0x%06x" ("0x10de", "0x2330
 import os
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import SysfsUnavailable, read_value
+from gpu_monitoring.node import SysfsUnavailable, aer_paths, parent_port, read_aer, read_value
 from gpu_monitoring.snapshot import PciFunction
 
 DEVICES_DIRECTORY = ("bus", "pci", "devices")
@@ -19,16 +19,16 @@ NVIDIA = 0x10DE
 _KINDS = {0x0300: "gpu", 0x0302: "gpu", 0x0680: "nvswitch", 0x0403: "audio"}
 
 
-Identity = Tuple[int, Optional[int], Optional[int]]  # vendor, class code, device ID
+Identity = Tuple[int, Optional[int], Optional[int], Optional[str]]  # vendor, class code, device ID, parent port
 
 
 class PciReader:
     """Reads the NVIDIA functions under one sysfs root, run after run.
 
-    A function's vendor, class and device ID are the hardware's: read once per function, the first
-    time its address is listed. Cost of a run after that: one listing of the PCI device directory
-    (a node has some 20 to 300 functions) and a readlink of `driver` per NVIDIA function, since a
-    driver can be bound or unbound at any time.
+    A function's vendor, class, device ID and parent port are the hardware's: read once per function, the
+    first time its address is listed. Cost of a run after that: one listing of the PCI device directory
+    (a node has some 20 to 300 functions), a readlink of `driver` per NVIDIA function, since a driver
+    can be bound or unbound at any time, and a GPU's three AER counter files.
     """
 
     def __init__(self, sysfs_root: str) -> None:
@@ -55,11 +55,11 @@ class PciReader:
         path = os.path.join(self._directory, name)
         vendor = _hex(read_value(os.path.join(path, "vendor")))
         if vendor != NVIDIA:
-            return None if vendor is None else (vendor, None, None)
+            return None if vendor is None else (vendor, None, None, None)
         class_code = _hex(read_value(os.path.join(path, "class")))
         if class_code is None:
             return None
-        return vendor, class_code, _hex(read_value(os.path.join(path, "device")))
+        return vendor, class_code, _hex(read_value(os.path.join(path, "device"))), parent_port(path)
 
     def _function(self, name: str, identity: Identity) -> Optional[PciFunction]:
         path = os.path.join(self._directory, name)
@@ -70,8 +70,11 @@ class PciReader:
             if not os.path.isdir(path):
                 return None
             driver = None
-        _, class_code, device_id = identity
-        return PciFunction(name.lower(), class_code, _KINDS.get(class_code >> 8, "other"), device_id, driver)
+        _, class_code, device_id, parent = identity
+        kind = _KINDS.get(class_code >> 8, "other")
+        # A GPU's link errors are judged; an NVSwitch's and an audio function's are not read.
+        aer = read_aer(aer_paths(path)) if kind == "gpu" else None
+        return PciFunction(name.lower(), class_code, kind, device_id, driver, parent, aer)
 
 
 def _hex(text: Optional[str]) -> Optional[int]:

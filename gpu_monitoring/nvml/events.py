@@ -10,7 +10,7 @@ event's code as the driver gives it, and nothing is judged by it.
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pynvml
 
@@ -71,7 +71,10 @@ class RawEvent:
 
 
 class EventWatcher:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        # nvmlEventData_t carries no time: an event is stamped when it is drained, on the node's clock
+        # (a simulated node's own), the clock the kernel's log is read against too.
+        self.clock = clock
         self._set: Any = None
         self._registered: Dict[int, Registered] = {}  # by handle address
         self.problem: Optional[str] = None  # why no event can come now, if none can
@@ -159,7 +162,7 @@ class EventWatcher:
             code=int(data.eventData),
             gpu_instance_id=None if gi == _NO_INSTANCE else gi,
             compute_instance_id=None if ci == _NO_INSTANCE else ci,
-            timestamp=time.time(),
+            timestamp=self.clock(),
         )
 
     def close(self) -> None:

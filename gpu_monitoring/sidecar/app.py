@@ -12,10 +12,13 @@ from gpu_monitoring import __version__
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.kube.allocations import AllocationReader
+from gpu_monitoring.node.boot import read_boot_id
+from gpu_monitoring.node.kernel_events import KernelEvents
+from gpu_monitoring.node.kernel_log import NONE, KernelLog
 from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import NvmlError
 from gpu_monitoring.nvml.session import NvmlSession
-from gpu_monitoring.sidecar import protocol
+from gpu_monitoring.sidecar import kernel_cursor, protocol
 from gpu_monitoring.sidecar.journal import Journal, JournalLockedError
 from gpu_monitoring.sidecar.pump import BUFFER_EVENTS, EventPump
 from gpu_monitoring.sidecar.readiness import NvmlReadiness
@@ -42,6 +45,7 @@ class Sidecar:
         dcgm_exporter_url: Optional[str] = None,
         sysfs_root: Optional[str] = "/sys",
         clock: Callable[[], float] = time.time,
+        kernel_log: str = "auto",
     ):
         self.socket_path = socket_path
         self.session = NvmlSession(library)
@@ -50,7 +54,9 @@ class Sidecar:
         self.reader = NodeReader(self.session, proc_root=proc_root, allocations=allocations, watch_events=False,
                                  sysfs_root=sysfs_root, clock=clock)
         self.journal = _open_journal(journal_dir, journal_wait)
-        self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart)
+        self.kernel = _kernel_events(kernel_log, proc_root, self.journal)
+        self.pump = EventPump(self.session, self.journal, self.session_lock, restart=self.reader.restart,
+                              kernel=self.kernel, clock=clock)
         self.readiness = NvmlReadiness(self.session, self.session_lock)
         # The node's dcgm-exporter, read with every snapshot; its own lock: a slow exporter must not
         # hold NVML (and the event pump) for its deadline.
@@ -76,6 +82,8 @@ class Sidecar:
                 raise ApiError(503, f"NVML cannot be read: {e}") from e
             self.readiness.learn(taken.devices)
             self.snapshots_served += 1
+        # The event thread reads the kernel's log; whether it can is the node's to tell.
+        taken.node.kernel_log_problem = self.kernel.problem if self.kernel is not None else None
         if self.dcgm is not None:
             from gpu_monitoring.dcgm.outcome import carried
 
@@ -148,6 +156,7 @@ class Sidecar:
             f"gpu-monitoring sidecar {__version__} serving on {self.socket_path}",
             self._gpus() if nvml is None else f"NVML cannot be read: {nvml}",
             f"journal {self.journal.directory}, last seq {self.journal.last_seq}",
+            _kernel_state(self.kernel),
             pod_resources,
             f"dcgm-exporter {self.dcgm_exporter_url} read with every snapshot" if self.dcgm else
             "dcgm-exporter not read (no --dcgm-exporter-url; the check reads it)",
@@ -182,10 +191,20 @@ class Sidecar:
         if self.dcgm is not None:
             with self.dcgm_lock:
                 self.dcgm.close()
+        if self.kernel is not None:
+            self.kernel.close()
         self.journal.close()
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
         log.info("gpu-monitoring sidecar stopped")
+
+
+def _kernel_events(setting: str, proc_root: Optional[str], journal: Journal) -> Optional[KernelEvents]:
+    """The kernel's log, from where the journal says this sidecar (or one before it) stopped in this boot."""
+    if setting == NONE:
+        return None
+    log_ = KernelLog(setting, proc_root, read_boot_id(proc_root), kernel_cursor.load(journal), option="--kernel-log")
+    return KernelEvents(log_, proc_root)
 
 
 def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
@@ -206,6 +225,14 @@ def _dcgm_reader(url: str) -> "DcgmReader":
     from gpu_monitoring.dcgm import DcgmReader
 
     return DcgmReader(url)
+
+
+def _kernel_state(kernel: Optional[KernelEvents]) -> str:
+    if kernel is None:
+        return "kernel log not read (--kernel-log none)"
+    cursor = kernel.committed
+    where = f"on from record {cursor.seq} of this boot" if cursor.seq >= 0 else "from this boot's first record kept"
+    return f"kernel log {kernel.log.setting} read {where}"
 
 
 def _model(device: NvmlDevice) -> str:

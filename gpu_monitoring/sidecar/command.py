@@ -5,10 +5,10 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from gpu_monitoring.config.proc_root import default_proc_root
-from gpu_monitoring.config.rules import RULES, Rule, exporter_url
+from gpu_monitoring.config.rules import KERNEL_LOG_NONE, RULES, Rule, exporter_url
 from gpu_monitoring.config.spec_options import DEFAULTS
 from gpu_monitoring.config.value_checks import OptionError, socket_path, text
 from gpu_monitoring.deps import MissingPackage, require
@@ -36,6 +36,17 @@ def add_parsers(commands) -> None:
                          help="where the kernel's sysfs is read: the NVIDIA functions on the PCI bus (GPUs the driver "
                               "or NVML misses) and the InfiniBand and RoCE ports (default %(default)s; in a container, "
                               "the host's /sys mounted read-only)")
+    # Unset, not the default: with --simulate the simulated node's own log stands in unless the flag is given.
+    sidecar.add_argument("--kernel-log", metavar="auto|none|PATH", type=_checked("--kernel-log", RULES["kernel_log"]),
+                         help="where the node's kernel log is read, for what NVML did not or cannot say: XIDs raised "
+                              "while nothing listened and the process an application XID hit, GPUs the driver could "
+                              "not initialise, NVSwitch SXids, ConnectX health and PCIe AER errors; only the messages "
+                              "of the NVIDIA driver, NVSwitch, ConnectX and PCIe AER it recognises are read, no other "
+                              "line is kept or served. auto: /dev/kmsg where it can be read (in a container, the "
+                              "host's mounted read-only at /dev/kmsg; where kernel.dmesg_restrict is 1, with "
+                              "CAP_SYSLOG); a path: a text log the host keeps (kern.log, journalctl -k -o short-iso "
+                              "or dmesg -T output) or a file of /dev/kmsg records; none: not read (default "
+                              f"{DEFAULTS['kernel_log']}; with --simulate, the simulated node's)")
     sidecar.add_argument("--pod-resources-socket", metavar="PATH", type=_checked("--pod-resources-socket", socket_path),
                          help=f"the kubelet's pod-resources socket; connecting to it needs uid 0 (default "
                               f"{DEFAULTS['pod_resources_socket']}, read in a pod or where it exists; with "
@@ -97,6 +108,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     library = LibraryPath(args.nvml_library_path, "--nvml-library-path") if args.nvml_library_path else None
     proc_root, sysfs_root, node = args.proc_root or default_proc_root(), args.sysfs_root, None
     pod_resources = requested or DEFAULTS["pod_resources_socket"]
+    kernel_log = kernel_log_setting(args.kernel_log)
     if args.simulate:
         try:
             node = simulated_node(args.simulate, SimClock(speed=args.speed, start=args.start_at))
@@ -105,13 +117,14 @@ def run_sidecar(args: argparse.Namespace) -> int:
             return 2
         options = node.start(serve_kubelet=False)  # the sidecar reads pod-resources, never /pods
         library, proc_root, sysfs_root = node.nvml.library, options["proc_root"], options.get("sysfs_root", sysfs_root)
+        kernel_log = kernel_log_setting(args.kernel_log, options)
         # A scenario with pods serves its own pod-resources; one without reads only a socket given here.
         pod_resources = options.get("pod_resources_socket", requested)
     try:
         try:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
                               journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl,
-                              dcgm_exporter_url=args.dcgm_exporter_url, sysfs_root=sysfs_root,
+                              dcgm_exporter_url=args.dcgm_exporter_url, sysfs_root=sysfs_root, kernel_log=kernel_log,
                               clock=node.nvml.now if node is not None else time.time)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
@@ -122,6 +135,16 @@ def run_sidecar(args: argparse.Namespace) -> int:
         if node is not None:
             node.stop()
     return 0
+
+
+def kernel_log_setting(given: Optional[str], simulated: Optional[Mapping[str, Any]] = None) -> str:
+    """--kernel-log as given; else, with --simulate, the simulated node's own log of records, `none` where it
+    keeps none (the host's log would put real records beside simulated GPUs); else the check's default."""
+    if given is not None:
+        return given
+    if simulated is not None:
+        return simulated.get("kernel_log", KERNEL_LOG_NONE)
+    return DEFAULTS["kernel_log"]
 
 
 def _checked(flag: str, rule: Rule, parse: Callable[[str], Any] = str) -> Callable[[str], Any]:

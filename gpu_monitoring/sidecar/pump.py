@@ -1,4 +1,5 @@
-"""The sidecar's event thread: waits on NVML events for every GPU and journals each one."""
+"""The sidecar's event thread: waits on NVML events for every GPU and journals each one, and with them
+what the kernel's log tells (node.kernel_events), read between two waits."""
 
 import logging
 import threading
@@ -6,9 +7,11 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional
 
+from gpu_monitoring.node.kernel_events import KernelEvents
 from gpu_monitoring.nvml.errors import CannotAnswer, NvmlError, NvmlUninitialized
 from gpu_monitoring.nvml.events import EventWatcher
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.sidecar import kernel_cursor
 from gpu_monitoring.sidecar.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -44,12 +47,17 @@ class EventPump(threading.Thread):
     journal refuses wait in a bounded buffer, retried with back-off."""
 
     def __init__(self, session: NvmlSession, journal: Journal, session_lock: threading.Lock,
-                 restart: Optional[Callable[[], None]] = None):
+                 restart: Optional[Callable[[], None]] = None, kernel: Optional[KernelEvents] = None,
+                 clock: Callable[[], float] = time.time):
         super().__init__(name="gpu-monitoring-events", daemon=True)
         self.session = session
         self.journal = journal
         self.session_lock = session_lock
         self.restart = restart or session.restart
+        # The kernel's log is read whether NVML answers or not: a GPU the driver could not bring up is told there.
+        self.kernel = kernel
+        self.clock = clock
+        self._kernel_saved = kernel.committed if kernel is not None else None
         self.stopping = threading.Event()
         self.journaled = 0
         self.dropped = 0  # events the full buffer had to let go
@@ -61,9 +69,10 @@ class EventPump(threading.Thread):
         self._journal_retry_at = 0.0
 
     def run(self) -> None:
-        watcher = EventWatcher()
+        watcher = EventWatcher(self.clock)
         while not self.stopping.is_set():
             self._flush()
+            self._read_kernel()
             try:
                 self._pump(watcher)
             except NvmlError as e:
@@ -121,6 +130,23 @@ class EventPump(threading.Thread):
             log.info("NVML events are read again")
         self.problem = None
         self._nvml_backoff.reset()
+
+    # --- the kernel's log ----------------------------------------------------------------
+
+    def _read_kernel(self) -> None:
+        if self.kernel is None:
+            return
+        for event in self.kernel.read():
+            self._hold(event)
+        self.kernel.acknowledge()
+        # Its cursor moves on only once the journal holds every event read: a restart reads the rest again.
+        if not self.buffer and self.kernel.committed != self._kernel_saved:
+            try:
+                kernel_cursor.save(self.journal, self.kernel.committed)
+            except OSError as e:
+                log.debug("cannot save the kernel log's cursor (the journal keeps it): %s", e)
+                return
+            self._kernel_saved = self.kernel.committed
 
     # --- the journal --------------------------------------------------------------------
 

@@ -41,11 +41,15 @@ NVIDIA GPU Operator deploys it: its DaemonSet's pod is in the kubelet's pod list
 finds it; it names the pods that hold each GPU or MIG instance, as dcgm-exporter's pod mapper does.
 
 `simulated_node()` makes a node from a scenario, reading nothing but the scenario and starting
-nothing. `start()` writes the proc root and the sysfs (every scenario has both: simulator.sysfs_root),
-starts dcgm-exporter, the HTTPS kubelet and the gRPC socket in a temporary directory and returns the
-instance options that point the check at them; `stop()` ends them all and removes the directory.
-The sysfs follows scenario time to the second: the simulated library tells the node when time
-moved (at the first NVML call of a check run, or an advance), and the node rewrites what changed.
+nothing. `start()` writes the proc root, the sysfs (every scenario has both: simulator.sysfs_root) and
+the kernel's log (simulator.kernel_log), starts dcgm-exporter, the HTTPS kubelet and the gRPC socket in
+a temporary directory and returns the instance options that point the check at them; `stop()` ends them
+all and removes the directory. The sysfs follows scenario time to the second and the kernel's log to the
+fault: the simulated library tells the node when time moved (at the first NVML call of a check run, or
+an advance), and the node rewrites what changed.
+
+The node booted BOOT_UPTIME seconds before scenario time 0, at `boot_time` (seconds since the epoch, the
+proc root's `stat` btime); `wall_time()` is the epoch time the scenario's present stands for.
 A model's `hourly_price` stands in for the instance's `hourly_price`, so that the demo shows cost;
 an instance that sets `hourly_price` replaces the scenario's prices.
 """
@@ -53,6 +57,7 @@ an instance that sets `hourly_price` replaces the scenario's prices.
 import hashlib
 import math
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
@@ -61,6 +66,7 @@ from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
 from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
+from gpu_monitoring.simulator.kernel_log import BOOT_UPTIME, KernelLog
 from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 from gpu_monitoring.simulator.proc_root import boot_id_of, build_proc_root
@@ -105,7 +111,13 @@ class SimulatedNode:
         self.dcgm_exporter: Optional[DcgmExporterServer] = None
         self.sysfs: Optional[SysfsTree] = None
         self._sysfs_second: Optional[int] = None
+        self.kernel_log: Optional[KernelLog] = None
+        self.boot_time: int = int(time.time() - nvml.clock.now()) - BOOT_UPTIME
         nvml.on_time(self._time_moved)
+
+    def wall_time(self) -> float:
+        """The time since the epoch that the scenario's present stands for."""
+        return self.boot_time + BOOT_UPTIME + self.nvml.now()
 
     def start(self, serve_kubernetes: bool = True, serve_kubelet: bool = True) -> Dict[str, Any]:
         """Write the proc root and, when asked and the scenario has pods, serve the kubelet's APIs:
@@ -120,8 +132,10 @@ class SimulatedNode:
 
     def _serve(self, root: Path, serve_kubernetes: bool, serve_kubelet: bool) -> Dict[str, Any]:
         scenario = self.nvml.scenario
-        proc_root = build_proc_root(root / "proc", self._processes(), scenario.devices, boot_id_of(scenario.name))
-        standing_in = {"proc_root": str(proc_root), "sysfs_root": str(self._write_sysfs(root / "sys"))}
+        proc_root = build_proc_root(root / "proc", self._processes(), scenario.devices, boot_id_of(scenario.name),
+                                    self.boot_time)
+        standing_in = {"proc_root": str(proc_root), "sysfs_root": str(self._write_sysfs(root / "sys")),
+                       "kernel_log": str(self._write_kernel_log(root / "kmsg"))}
         prices = self.prices()
         if prices:
             standing_in["hourly_price"] = prices
@@ -155,9 +169,18 @@ class SimulatedNode:
         self.sysfs, self._sysfs_second = sysfs, math.floor(now)
         return root
 
+    def _write_kernel_log(self, path: Path) -> Path:
+        kernel_log = KernelLog(path, self.nvml.scenario)
+        kernel_log.start(self.nvml.now())
+        self.kernel_log = kernel_log
+        return path
+
     def _time_moved(self, now: float) -> None:
-        """Bring the sysfs to `now` once a second of scenario time at most: a check reading it every few
-        seconds cannot tell, and a clock that follows wall time moves at every NVML call."""
+        """Add the kernel's records of the faults that fired by `now`, and bring the sysfs to `now` once a
+        second of scenario time at most: a check reading it every few seconds cannot tell, and a clock that
+        follows wall time moves at every NVML call."""
+        if self.kernel_log is not None:
+            self.kernel_log.advance(now)
         if self.sysfs is not None and math.floor(now) != self._sysfs_second:
             self._sysfs_second = math.floor(now)
             self.sysfs.update(now)
@@ -174,7 +197,7 @@ class SimulatedNode:
         for server in (self.pod_resources, self.kubelet, self.dcgm_exporter):
             if server is not None:
                 server.stop()
-        self.sysfs = None
+        self.sysfs = self.kernel_log = None
         if self._directory is not None:
             self._directory.cleanup()
         self.kubelet = self.pod_resources = self.dcgm_exporter = self._directory = None

@@ -6,12 +6,15 @@ sysfs). Every GPU NVML lists is on the PCI bus, bound to `nvidia`, with its mode
       expected_gpus: 4                      # the GPUs its operator knows it has: stands in for expected_gpus
       pci:                                  # functions NVML does not list
         - {address: "0000:c1:00.0", kind: gpu, driver: none}   # on the bus, no driver bound
+        - {address: "0000:c1:00.0", kind: gpu, init_failure: "0x26:0x56:1474"}  # bound; RmInitAdapter failed
         - {address: "0000:51:00.0", kind: gpu, driver: vfio-pci}  # given to a VM
         - {address: "0000:05:00.0", kind: nvswitch, device_id: 0x22a3}  # driver nvidia by default
         - {address: "0000:41:00.1", kind: audio, device_id: 0x22ba}     # driver snd_hda_intel by default
       network:                              # RDMA ports, each on a Mellanox/NVIDIA NIC function
         - {device: mlx5_0, pci: "0000:15:00.0"}
         - {device: mlx5_8, pci: "0000:29:00.1", link_layer: Ethernet, rate: 100, netdev: enp41s0f1np1}
+      kernel_ring_bytes: 1048576            # the kernel's log ring (log_buf_len=1M): simulator.kernel_log
+      aer_counters: true                    # false: a kernel older than 4.19, without the sysfs AER counters
 
 A GPU entry's `device_id` is by default the node's GPUs' (its PCI device ID, as `lspci -n` shows it);
 `class` replaces the kind's class code (0x030000 for a VGA GPU); `driver: none` (or null) leaves a
@@ -23,6 +26,9 @@ enp41s0f1np1), `pci_device_id` 0x1021 (ConnectX-7), `traffic_gbps` the data each
 
 Port faults name their port `device/port`: `{at: 35, kind: port_flap, port: mlx5_1/1}`; any of them may
 add to the error counters when it begins: `counters: {symbol_error: 40}`.
+
+A GPU or NIC function sits behind a PCIe root port, as on a real node: one bridge for each bus that holds
+one, on the root bus of its domain (`bridges`: `0000:18` -> `0000:00:01.0`, the first such bus's).
 """
 
 import re
@@ -31,11 +37,22 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-PORT_FAULTS = ("port_down", "port_flap", "port_slow")
+# The faults that name an RDMA port: a NIC's health fault takes its port's function down with it.
+PORT_FAULTS = ("port_down", "port_flap", "port_slow", "nic_fault")
 FLAP_SECONDS = 2.0
 
 NVIDIA_VENDOR = 0x10DE
 MELLANOX_VENDOR = 0x15B3
+INTEL_VENDOR = 0x8086
+# The root port a GPU or NIC sits behind: pci.ids 8086:352a "PCI Express Gen5 Port A" (a Sapphire Rapids
+# Xeon's), a PCI-to-PCI bridge (class 06/04/00) that the kernel's PCIe port driver, pcieport, binds.
+ROOT_PORT_DEVICE = 0x352A
+BRIDGE_CLASS = 0x060400
+BRIDGE_DRIVER = "pcieport"
+# A kernel booted with log_buf_len=1M keeps this many bytes of records (kernel/printk/printk.c).
+DEFAULT_RING_BYTES = 1024 * 1024
+# The status of RmInitAdapter's failure as the driver prints it: "(0x26:0x56:1474)".
+_INIT_FAILURE = re.compile(r"0x[0-9a-f]+:0x[0-9a-f]+:\d+")
 # pci.ids: 15b3:1021 MT2910 Family [ConnectX-7].
 CONNECTX_7 = 0x1021
 # Each kind of NVIDIA PCI function a scenario may add: its class code (base class, subclass and
@@ -84,6 +101,8 @@ class PciSpec:
     class_code: int
     driver: Optional[str]
     vendor: int = NVIDIA_VENDOR
+    # A GPU the driver bound but could not set up: RmInitAdapter's status, "0x26:0x56:1474".
+    init_failure: Optional[str] = None
 
 
 @dataclass
@@ -111,6 +130,14 @@ class NodeSpec:
     network: List[PortSpec] = field(default_factory=list)
     # How many GPUs its operator knows the node has: stands in for the check's `expected_gpus`.
     expected_gpus: Optional[int] = None
+    # The root port of each bus that holds a GPU or NIC function: "0000:18" -> "0000:00:01.0".
+    bridges: Dict[str, str] = field(default_factory=dict)
+    kernel_ring_bytes: int = DEFAULT_RING_BYTES
+    aer_counters: bool = True
+
+    def bridge_of(self, address: str) -> Optional[str]:
+        """The root port a function sits behind; None for one on a root bus."""
+        return self.bridges.get(address.rpartition(":")[0])
 
 
 def node_spec(raw: Dict[str, Any], gpu_addresses: List[str], gpu_device_id: Optional[int]) -> NodeSpec:
@@ -130,7 +157,34 @@ def node_spec(raw: Dict[str, Any], gpu_addresses: List[str], gpu_device_id: Opti
         if any(n > 1 for n in seen.values()):
             raise ValueError(f"node.network: a port's {what} given twice among {sorted(seen)}")
     expected = raw.get("expected_gpus")
-    return NodeSpec(pci, network, None if expected is None else int(expected))
+    behind = list(gpu_addresses) + [f.address for f in pci if f.kind == "gpu"] + [port.pci for port in network]
+    return NodeSpec(pci, network, None if expected is None else int(expected), _bridges(behind, addresses),
+                    _ring_bytes(raw.get("kernel_ring_bytes", DEFAULT_RING_BYTES)), bool(raw.get("aer_counters", True)))
+
+
+def _bridges(behind: List[str], functions: List[str]) -> Dict[str, str]:
+    """A root port for each bus of `behind` (a root bus excepted), numbered in bus order on its domain's root
+    bus as a Xeon's are (device 1 function 0, then 1.1 ...); ValueError where one would be at a function's
+    address."""
+    bridges: Dict[str, str] = {}
+    for domain in sorted({address[:4] for address in behind}):
+        buses = sorted({a.rpartition(":")[0] for a in behind if a.startswith(domain) and a[5:7] != "00"})
+        if len(buses) > 31 * 8:
+            raise ValueError(f"node: more buses with GPUs or NICs than root ports on domain {domain}'s root bus")
+        bridges.update((bus, f"{domain}:00:{1 + k // 8:02x}.{k % 8}") for k, bus in enumerate(buses))
+    taken = sorted(set(bridges.values()) & set(functions))
+    if taken:
+        raise ValueError(f"node: a PCI function at {', '.join(taken)}, where the root port of a bus with GPUs or "
+                         f"NICs goes: move it off bus 00")
+    return bridges
+
+
+def _ring_bytes(value: Any) -> int:
+    """The ring's size: at least what one record of CONSOLE_EXT_LOG_MAX (8 KiB) needs."""
+    ring = int(value)
+    if ring < 8192:
+        raise ValueError(f"node.kernel_ring_bytes: at least 8192 (one record's most); got {value!r}")
+    return ring
 
 
 def _address(text: str) -> str:
@@ -149,12 +203,19 @@ def _pci(entry: Dict[str, Any], gpu_device_id: Optional[int]) -> PciSpec:
     if device_id is None:
         raise ValueError(f"node.pci: {entry!r} needs its device_id")
     driver = entry.get("driver", driver)
+    driver = None if driver in (None, "none") else str(driver)
+    init_failure = entry.get("init_failure")
+    bound_gpu = (kind, driver) == ("gpu", "nvidia")
+    if init_failure is not None and not (bound_gpu and _INIT_FAILURE.fullmatch(str(init_failure))):
+        raise ValueError(f"node.pci: init_failure is a GPU's, bound to nvidia, as RmInitAdapter's status "
+                         f"\"0x26:0x56:1474\"; got {entry!r}")
     return PciSpec(
         address=_address(entry["address"]),
         kind=kind,
         device_id=int(device_id),
         class_code=int(entry.get("class", class_code)),
-        driver=None if driver in (None, "none") else str(driver),
+        driver=driver,
+        init_failure=init_failure,
     )
 
 

@@ -1,6 +1,6 @@
 """A fake proc root: `<pid>/{comm,cgroup,stat,status,environ}` as a GPU node's kernel would show them,
-`driver/nvidia/gpus/<bus id>/information` as the NVIDIA kernel module writes it for each GPU, and
-`sys/kernel/random/boot_id`.
+`driver/nvidia/gpus/<bus id>/information` as the NVIDIA kernel module writes it for each GPU,
+`sys/kernel/random/boot_id`, and `stat` with the boot's time (`btime`).
 
 Each container's cgroup path is rendered the way its runtime lays it out under the kubelet,
 for either cgroup driver and either cgroup version, and each Slurm job step's the way slurmstepd
@@ -43,9 +43,11 @@ _PATH = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"}
 
 def build_proc_root(
     directory: Path, processes: Iterable[Mapping], devices: Iterable[DeviceSpec] = (), boot_id: Optional[str] = None,
+    boot_time: Optional[int] = None,
 ) -> Path:
     """Write `<directory>/<pid>/{comm,cgroup,stat,status,environ}` for each process, the driver's record of
-    each device, the kernel's boot ID when given, and return `directory`.
+    each device, the kernel's boot ID and `stat` (booted at `boot_time`, seconds since the epoch) when given,
+    and return `directory`.
 
     A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
     keyword arguments of `cgroup_text`; optionally `uid` (0), `start_time` (clock ticks after
@@ -55,6 +57,9 @@ def build_proc_root(
         random_dir = directory / "sys" / "kernel" / "random"
         random_dir.mkdir(parents=True, exist_ok=True)
         (random_dir / "boot_id").write_text(f"{boot_id}\n")
+    if boot_time is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "stat").write_text(kernel_stat(boot_time))
     for device in devices:
         gpu_dir = directory / "driver" / "nvidia" / "gpus" / device.pci_address
         gpu_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +82,21 @@ def boot_id_of(scenario: str) -> str:
     (`/proc/sys/kernel/random/boot_id`, Documentation/admin-guide/sysctl/kernel.rst); a simulated node
     boots once, so it is one the scenario's name fixes."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"boot/{scenario}"))
+
+
+def kernel_stat(boot_time: int) -> str:
+    """`/proc/stat` of a 4-CPU node booted at `boot_time`, in the lines and order fs/proc/stat.c's show_stat
+    writes (Documentation/filesystems/proc.rst, "1.7 Miscellaneous kernel statistics in /proc/stat"): CPU
+    time in USER_HZ ticks (user nice system idle iowait irq softirq steal guest guest_nice), the interrupt
+    total, context switches, `btime` (the boot's time, seconds since the epoch), processes forked, those
+    runnable and blocked. Only `btime` is read here; the rest is a quiet node's."""
+    cpus = [(4721, 12, 1893, 54210, 311, 0, 97, 0, 0, 0)] * 4
+    total = [sum(column) for column in zip(*cpus)]
+    lines = ["cpu  " + " ".join(map(str, total))]
+    lines += [f"cpu{n} " + " ".join(map(str, times)) for n, times in enumerate(cpus)]
+    lines += ["intr 0", "ctxt 2846113", f"btime {boot_time}", "processes 9172", "procs_running 2", "procs_blocked 0",
+              "softirq 0 0 0 0 0 0 0 0 0 0 0"]
+    return "\n".join(lines) + "\n"
 
 
 def replace_process(directory: Path, process: Mapping) -> None:

@@ -61,7 +61,15 @@ FAULT_KINDS = {
     "port_flap",  # `port` down and up again within `duration` (FLAP_SECONDS): link_downed and
     # link_error_recovery count it, while a read before and one after both find the port up
     "port_slow",  # `port` retrained at `rate` Gb/s for `duration` (None: to the end); not a link down
+    "aer",  # `count` PCIe errors of `severity` (AER_SEVERITIES) on GPU `device`: the kernel's log and its
+    # sysfs AER counters tell, NVML does not
+    "nic_fault",  # mlx5's health on `port`'s NIC: `severity` fatal (its firmware stopped answering, the
+    # driver unloads and the port is down from then on) or warning (a cable module's error)
+    "sxid",  # NVSwitch `switch` (a node.pci nvswitch's address) reports SXid `code` on `link`, `fatal` or not
 }
+# The kernel's AER severities, as an aer fault names them.
+AER_SEVERITIES = ("corrected", "nonfatal", "fatal")
+NIC_SEVERITIES = ("fatal", "warning")
 # A model without its `pci_device_id`: an H100 SXM's (pci.ids: 10de:2330 GH100[H100 SXM5 80GB]).
 DEFAULT_PCI_DEVICE_ID = 0x233010DE
 
@@ -209,6 +217,8 @@ def _build(name: str, raw: Dict[str, Any]) -> Scenario:
     node = node_spec(raw.get("node") or {}, [d.pci_address for d in devices],
                      devices[0].pci_device_id >> 16 if devices else None)
     _check_port_faults(faults, node.network)
+    for fault in faults:
+        _check_kernel_fault(fault, devices, node)
     return Scenario(
         name=name,
         description=raw.get("description", ""),
@@ -237,6 +247,27 @@ def _check_port_faults(faults: List[Fault], ports: List[PortSpec]) -> None:
         if fault.kind == "port_slow" and fault.params.get("rate") not in PORT_RATES[port.link_layer]:
             raise ValueError(f"fault port_slow at {fault.at}: rate is one of {sorted(PORT_RATES[port.link_layer])} "
                              f"Gb/s for {port.name}; got {fault.params.get('rate')!r}")
+
+
+def _check_kernel_fault(fault: Fault, devices: List[DeviceSpec], node: NodeSpec) -> None:
+    """What a fault the kernel's log tells of needs: a GPU behind a root port, a known severity, an NVSwitch
+    of the node; ValueError naming the fault otherwise."""
+    where, params = f"fault {fault.kind} at {fault.at}", fault.params
+    if fault.kind == "xid" and params.get("kernel", "xid") not in ("xid", "fall_off"):
+        raise ValueError(f"{where}: kernel is fall_off (the driver's message for a GPU off the bus), or left out")
+    if fault.kind == "aer":
+        if not (isinstance(fault.device, int) and 0 <= fault.device < len(devices)) or \
+                node.bridge_of(devices[fault.device].pci_address) is None:
+            raise ValueError(f"{where}: device is the index of a GPU behind a root port; got {fault.device!r}")
+        if params.get("severity") not in AER_SEVERITIES or int(params.get("count", 1)) < 1:
+            raise ValueError(f"{where}: severity is one of {', '.join(AER_SEVERITIES)} and count at least 1")
+    if fault.kind == "nic_fault" and params.get("severity") not in NIC_SEVERITIES:
+        raise ValueError(f"{where}: severity is one of {', '.join(NIC_SEVERITIES)}; got {params.get('severity')!r}")
+    if fault.kind == "sxid":
+        switches = [f.address for f in node.pci if f.kind == "nvswitch"]
+        if str(params.get("switch")).lower() not in switches or not isinstance(params.get("code"), int):
+            raise ValueError(f"{where}: switch is one of node.pci's NVSwitches {switches} and code a number; "
+                             f"got {params!r}")
 
 
 def _dcgm_exporter(entry: Dict[str, Any]) -> DcgmExporterSpec:

@@ -1,11 +1,14 @@
 """A simulated node's sysfs: its PCI functions and RDMA ports, as the Linux kernel shows them.
 
-The tree, laid out as on a real node (one root bus a PCI domain here; a real one has bridges between):
+The tree, laid out as on a real node: one root bus a PCI domain, and each GPU or NIC function behind a
+PCIe root port (node_spec's `bridges`, bound to pcieport) whose secondary bus is the function's:
 
-    devices/pci0000:00/<address>/{vendor,device,class}   "0x10de\\n", "0x2330\\n", "0x030200\\n"
+    devices/pci0000:00/<bridge>/<address>/{vendor,device,class}   "0x10de\\n", "0x2330\\n", "0x030200\\n"
                                                          (drivers/pci/pci-sysfs.c: "0x%04x", "0x%06x")
-    devices/pci0000:00/<address>/driver -> ../../../bus/pci/drivers/<driver>    (absent while none is bound)
-    bus/pci/devices/<address> -> ../../../devices/pci0000:00/<address>
+    devices/pci0000:00/<bridge>/<address>/driver -> ../../../../bus/pci/drivers/<driver>  (none while unbound)
+    bus/pci/devices/<address> -> ../../../devices/pci0000:00/<bridge>/<address>
+    <function>/aer_dev_{correctable,nonfatal,fatal}      GPUs, NICs and their root ports (simulator.pcie_aer)
+    <bridge>/aer_rootport_total_err_{cor,nonfatal,fatal}
     <NIC function>/infiniband/<device>/ports/<n>/{state,phys_state,rate,link_layer,counters/*}
     <NIC function>/infiniband/<device>/device -> ../../../<address>
     <NIC function>/net/<interface>/dev_port              the port's number less 1
@@ -20,7 +23,8 @@ port_xmit_data in octets divided by 4. The error counters are as wide as the Inf
 specification's PortCounters fields (sysfs.c's PORT_PMA_ATTR widths) and stop at their largest value.
 
 `SysfsTree.build()` writes the tree at a scenario time and `update()` brings the files that change
-with time (each port's state, rate and counters) to another, rewriting only those whose text changed,
+with time (each port's state, rate and counters, the AER counters an `aer` fault grows) to another,
+rewriting only those whose text changed,
 each by a rename so that a reader never finds one half written. Creating a file is what costs (most
 of a millisecond on a slow disk): the tree of a node with 8 GPUs and 10 ports is some 300 of them.
 """
@@ -29,15 +33,21 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Set, Tuple
 
+from gpu_monitoring.simulator import pcie_aer
 from gpu_monitoring.simulator.node_spec import (
+    BRIDGE_CLASS,
+    BRIDGE_DRIVER,
+    INTEL_VENDOR,
     MELLANOX_VENDOR,
     NIC_CLASSES,
     NIC_DRIVER,
     PORT_COUNTER_BITS,
     PORT_FAULTS,
     PORT_RATES,
+    ROOT_PORT_DEVICE,
+    NodeSpec,
     PciSpec,
     PortSpec,
 )
@@ -54,6 +64,8 @@ DOWN_RATES = {"InfiniBand": 10, "Ethernet": 40}
 DOWN_PHYS_STATES = {"InfiniBand": "2: Polling", "Ethernet": "3: Disabled"}
 ACTIVE, DOWN = "4: ACTIVE", "1: DOWN"
 LINK_UP = "5: LinkUp"
+# The functions that show AER counters: each is AER-capable, as GPUs, ConnectX NICs and root ports are.
+AER_KINDS = ("gpu", "nic", "bridge")
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,7 @@ class PortReading:
 
 def pci_functions(scenario: Scenario) -> List[PciSpec]:
     """Every PCI function of the node the tree shows: the GPUs NVML lists (bound to nvidia), the
-    scenario's other functions, and the NIC function under each of its RDMA ports."""
+    scenario's other functions, the NIC function under each of its RDMA ports, and the root ports."""
     gpus = [
         PciSpec(d.pci_address, "gpu", d.pci_device_id >> 16, int(d.get("pci_class", 0x030200)), "nvidia")
         for d in scenario.devices
@@ -77,13 +89,29 @@ def pci_functions(scenario: Scenario) -> List[PciSpec]:
                           vendor=MELLANOX_VENDOR)
         for port in scenario.node.network
     }
-    return gpus + scenario.node.pci + list(nics.values())
+    bridges = [PciSpec(address, "bridge", ROOT_PORT_DEVICE, BRIDGE_CLASS, BRIDGE_DRIVER, vendor=INTEL_VENDOR)
+               for address in sorted(set(scenario.node.bridges.values()))]
+    return bridges + gpus + scenario.node.pci + list(nics.values())
+
+
+def aer_counts(scenario: Scenario, now: float) -> Dict[str, Dict[str, int]]:
+    """The AER errors each function sent (a GPU) or received (its root port) by `now`, by severity: those
+    of the `aer` faults fired by then."""
+    counts: Dict[str, Dict[str, int]] = {}
+    for fault in scenario.faults:
+        if fault.kind == "aer" and fault.at <= now:
+            gpu = scenario.devices[fault.device].pci_address
+            for address in (gpu, scenario.node.bridge_of(gpu)):
+                severities = counts.setdefault(address, {})
+                severity = fault.params["severity"]
+                severities[severity] = severities.get(severity, 0) + int(fault.params.get("count", 1))
+    return counts
 
 
 def port_reading(port: PortSpec, faults: List[Fault], now: float) -> PortReading:
     """The port at `now`, from its `faults` (the scenario's port faults that name it)."""
     fired = [f for f in faults if f.at <= now]
-    downs = [f for f in fired if f.kind in ("port_down", "port_flap")]
+    downs = [f for f in fired if f.kind in ("port_down", "port_flap") or _unloaded(f)]
     counters = {name: port.counters.get(name, 0) for name in PORT_COUNTER_BITS}
     # link_downed counts the link going down (a flap too). A port_slow retrain only renegotiates the
     # speed: no link error recovery failed, so by sysfs-class-infiniband's definition it counts none.
@@ -101,6 +129,11 @@ def port_reading(port: PortSpec, faults: List[Fault], now: float) -> PortReading
         rate=int(slow[-1].params["rate"]) if slow else port.rate,
         counters={name: min(value, 2 ** PORT_COUNTER_BITS[name] - 1) for name, value in counters.items()},
     )
+
+
+def _unloaded(fault: Fault) -> bool:
+    """A fatal health fault of a NIC: mlx5 unloads the function, and its port is down from then on."""
+    return fault.kind == "nic_fault" and fault.params.get("severity") == "fatal"
 
 
 def _held_down(fault: Fault, now: float) -> float:
@@ -124,11 +157,16 @@ class SysfsTree:
 
     def __init__(self, root: Path, scenario: Scenario):
         self.root = root
+        self.scenario = scenario
+        self.node: NodeSpec = scenario.node
         self.functions = pci_functions(scenario)
         self.ports = [
             (port, [f for f in scenario.faults if f.kind in PORT_FAULTS and f.params.get("port") == port.name])
             for port in scenario.node.network
         ]
+        # Only the functions an `aer` fault names, and their root ports, have counters that move.
+        self._aer_moves = self.node.aer_counters and any(f.kind == "aer" for f in scenario.faults)
+        self._root_ports: Set[str] = set(self.node.bridges.values())
         self._written: Dict[Path, str] = {}
 
     def build(self, now: float) -> Path:
@@ -142,9 +180,9 @@ class SysfsTree:
         return self.root
 
     def update(self, now: float) -> int:
-        """Bring each port's state, rate and counters to scenario time `now`; return how many files
-        were rewritten. Cost: a few arithmetic operations a port and fault, and a file made and renamed
-        for each changed one (the data counters of every port that carries traffic, at each new instant)."""
+        """Bring each port's state, rate and counters, and the AER counters, to scenario time `now`; return
+        how many files were rewritten. Cost: a few arithmetic operations a port and fault, and a file made and
+        renamed for each changed one (the data counters of every port that carries traffic, at each new instant)."""
         changed = self._changed(now)
         for path, text in changed:
             self._replace(path, text)
@@ -154,17 +192,34 @@ class SysfsTree:
         """(path, text) of each time-varying file whose text at `now` is not the one last written, which
         it is taken to be from now on."""
         changed = []
+        for path, text in self._moving_files(now):
+            if self._written.get(path) != text:
+                self._written[path] = text
+                changed.append((path, text))
+        return changed
+
+    def _moving_files(self, now: float) -> Iterator[Tuple[Path, str]]:
         for port, faults in self.ports:
             directory = self._port_directory(port)
             for name, text in port_files(port, port_reading(port, faults, now)):
-                path = directory / name
-                if self._written.get(path) != text:
-                    self._written[path] = text
-                    changed.append((path, text))
-        return changed
+                yield directory / name, text
+        if self._aer_moves:
+            for address, counts in aer_counts(self.scenario, now).items():
+                yield from self._aer_files(address, counts)
+
+    def _aer_files(self, address: str, counts: pcie_aer.Counts) -> Iterator[Tuple[Path, str]]:
+        """A function's AER files as they are with `counts`: a root port's are its received totals."""
+        directory = self.function_directory(address)
+        files = pcie_aer.root_port_files(counts) if address in self._root_ports else pcie_aer.device_files(counts)
+        yield from ((directory / name, text) for name, text in files.items())
 
     def function_directory(self, address: str) -> Path:
-        return self.root / _located(address)
+        return self.root / self._located(address)
+
+    def _located(self, address: str) -> str:
+        """Where a PCI function's directory is: under its root port, or on the root bus of its domain."""
+        bridge = self.node.bridge_of(address)
+        return f"devices/pci{address[:4]}:00/" + (f"{bridge}/{address}" if bridge else address)
 
     def _port_directory(self, port: PortSpec) -> Path:
         return self.function_directory(port.pci) / "infiniband" / port.device / "ports" / str(port.port)
@@ -175,11 +230,19 @@ class SysfsTree:
         (directory / "vendor").write_text(f"0x{function.vendor:04x}\n")
         (directory / "device").write_text(f"0x{function.device_id:04x}\n")
         (directory / "class").write_text(f"0x{function.class_code:06x}\n")
-        located = _located(function.address)
-        _link(self.root / "bus" / "pci" / "devices" / function.address, f"../../../{located}")
+        _link(self.root / "bus" / "pci" / "devices" / function.address, f"../../../{self._located(function.address)}")
         if function.driver is not None:
-            (self.root / "bus" / "pci" / "drivers" / function.driver).mkdir(parents=True, exist_ok=True)
-            _link(directory / "driver", f"../../../bus/pci/drivers/{function.driver}")
+            drivers = self.root / "bus" / "pci" / "drivers" / function.driver
+            drivers.mkdir(parents=True, exist_ok=True)
+            _link(directory / "driver", os.path.relpath(drivers, directory))
+        if self.node.aer_counters and function.kind in AER_KINDS:
+            for name, text in self._zero_aer(function).items():
+                (directory / name).write_text(text)
+
+    def _zero_aer(self, function: PciSpec) -> Dict[str, str]:
+        """The AER files of an AER-capable function that has seen no error: a root port's have its totals too."""
+        files = pcie_aer.device_files({})
+        return dict(files, **pcie_aer.root_port_files({})) if function.kind == "bridge" else files
 
     def _write_port(self, port: PortSpec) -> None:
         function = self.function_directory(port.pci)
@@ -204,11 +267,6 @@ class SysfsTree:
         staging = self.root / ".staging"
         staging.write_text(text)
         os.replace(staging, path)
-
-
-def _located(address: str) -> str:
-    """Where a PCI function's directory is, under the root bus of its domain."""
-    return f"devices/pci{address[:4]}:00/{address}"
 
 
 def _link(path: Path, target: str) -> None:

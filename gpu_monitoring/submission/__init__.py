@@ -4,11 +4,11 @@ This layer never calls NVML; it reads the Snapshot and what attribution and heal
 """
 
 import logging
-from typing import AbstractSet, Callable, Dict, List, Set, Union
+from typing import AbstractSet, Callable, Dict, List, Optional, Set, Union
 
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.attribution import Attribution, Tagger
+from gpu_monitoring.attribution import Attribution, Holder, Tagger
 from gpu_monitoring.attribution.fleet import STAGES
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.metrics.names import (
@@ -104,8 +104,15 @@ class Submitter:
         # A GPU's own tags, not its holder's: pods coming and going make no new inventory series.
         submit_inventory(self.send, snapshot, self.base_tags,
                          {device.index: own_tags[(device.index, None)] for device in snapshot.devices})
-        by_uuid = {d.uuid: held_tags[(d.index, None)] for d in snapshot.devices}
-        submit_xids(self.check, snapshot, by_uuid, self.base_tags)
+        self.submit_events(snapshot, {d.uuid: held_tags[(d.index, None)] for d in snapshot.devices},
+                           attribution.event_holders)
+
+    def submit_events(self, snapshot: Snapshot, tags_by_uuid: Dict[str, List[str]],
+                      holders: Optional[Dict[int, Holder]] = None) -> None:
+        """The run's XIDs: with the GPUs' series, or alone where NVML cannot be read (the kernel's log tells)."""
+        # Owners come from the run's attribution, and so does the tagger's view of them (`submit`).
+        submit_xids(self.check, snapshot, tags_by_uuid, self.base_tags, holders,
+                    self._holder_tags if holders else lambda _: [])
 
     def submit_node(self, node: NodeReport) -> None:
         """The node's own series and health: with the GPUs' each run, or alone where NVML cannot be read."""
@@ -220,4 +227,5 @@ class Submitter:
 
 def _submitters(check: AgentCheck, names: AbstractSet[str]) -> Dict[str, Callable]:
     """The check's submit method, by the spec's type, for each of these metrics."""
-    return {name: check.monotonic_count if SPEC[name].type == "monotonic_count" else check.gauge for name in names}
+    by_type = {"monotonic_count": check.monotonic_count, "count": check.count}
+    return {name: by_type.get(SPEC[name].type, check.gauge) for name in names}

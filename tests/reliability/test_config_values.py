@@ -51,6 +51,10 @@ EXTRA_WRONG = {
     "expected_network_rate": ["Auto", "400", 0, 0.5, 10001, True, math.inf, {"a": 1}],
     "metric_patterns": [{"include": 5}, {"exclude": [{"a": 1}]}, None],  # null: the Agent's base refuses it
     "dcgm_exporter_url": ["Auto", "off", "false", "10.0.0.5:9400", "ftp://host/metrics", "http://", "http://h:0/"],
+    # Only auto, none or an absolute path: YAML's `off` and `no` are booleans, a relative path depends on
+    # where the Agent runs.
+    "kernel_log": ["Auto", "NONE", "off", "kern.log", "./kern.log", "var/log/kern.log", " /dev/kmsg",
+                   "/var/log/kern.log\n", "/var/log/\tkern.log", False],
     "kubelet_url": [
         "localhost:10250", "ftp://host/pods", "https://", "//host:10250", "https://[::1", "https://host:99999",
         "https://host:0", "https://host:port", "https://ho st:10250", "https://host:10250/pods\n",
@@ -109,6 +113,9 @@ RIGHT = [
     ("max_processes_per_device", 1_000_000),
     ("proc_root", "/proc"),
     ("sysfs_root", "/host/sys"),
+    # Not auto here: the check would read the kernel log of the machine the tests run on.
+    ("kernel_log", "none"),
+    ("kernel_log", "/dev/null"),  # an absolute path: a log that holds nothing yet
     ("expected_gpus", 8),
     ("expected_network_ports", 0),
     ("expected_network_ports", "auto"),
@@ -159,6 +166,15 @@ def test_wrong_value_is_a_configuration_error_naming_the_option(name, bad):
         make({name: bad})
     named = name if name in MODEL_CHECKED else f"`{name}`"
     assert named in str(error.value)
+
+
+def test_a_wrong_kernel_log_says_what_the_option_takes():
+    with pytest.raises(ConfigurationError) as error:
+        make({"kernel_log": "kern.log"})
+    assert str(error.value) == (
+        "`kernel_log` must be auto, none or an absolute path such as /var/log/kern.log; got 'kern.log'")
+    with pytest.raises(ConfigurationError, match=r"`kernel_log` must be auto, none or .*; got False$"):
+        make({"kernel_log": False})  # `kernel_log: off` in YAML
 
 
 def test_every_option_is_tried_with_wrong_values_and_a_right_one():
