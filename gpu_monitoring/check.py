@@ -182,7 +182,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered, aer)
                    for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution, self._node(snapshot, aer=aer))
-        self.source.submitted()
+        self._submitted()
         self._save_held()
         self._report_problems(attribution)
         self._previous = {d.uuid: d for d in snapshot.devices if d.uuid and not d.lost}
@@ -265,7 +265,7 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         aer = self._aer.count(node, snapshot.events)
         self.submitter.submit_node(self._node(snapshot, nvml_read=False, aer=aer))
         self.submitter.submit_events(snapshot, {})
-        self.source.submitted()
+        self._submitted()
         self._save_held()
 
     # --- the kernel's record ------------------------------------------------------------
@@ -291,7 +291,12 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         memory.name(snapshot.devices, snapshot.events)
         self._held.driver_loaded(memory.driver_loaded)
         snapshot.events = self._xids.join(snapshot.events, snapshot.timestamp)
-        if self._xids.changed():
+
+    def _submitted(self) -> None:
+        """The run's events reached the Agent: the source moves past them, and what the join counted is kept."""
+        self.source.submitted()
+        self._aer.commit()
+        if self._xids.commit():
             self.write_persistent_cache(XID_JOIN, self._xids.dumps())
 
     @cached_property

@@ -207,3 +207,38 @@ def test_a_text_log_is_read_on_from_its_offset_and_after_rotation_by_time(tmp_pa
     os.rename(path, tmp_path / "kern.log.1")
     path.write_text(line.format(stamp(BOOTED + 20)) + line.format(stamp(BOOTED + 30)))
     assert [round(r.timestamp) for r in restarted.read()] == [BOOTED + 30]
+
+
+def test_where_kmsg_cannot_be_opened_the_ring_is_read_through_syslog(tmp_path, monkeypatch):
+    # A container runtime refuses an unprivileged container /dev/kmsg whatever is mounted: the same ring
+    # is read with syslog(2), which needs CAP_SYSLOG only.
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).klogctl(3, ctypes.create_string_buffer(1), 1) < 0:
+        pytest.skip("syslog(2) cannot read this machine's ring")
+    from gpu_monitoring.node import kernel_log
+    from gpu_monitoring.node.boot import read_boot_id
+
+    monkeypatch.setattr(kernel_log, "KMSG", str(tmp_path / "kmsg-refused"))
+    log = KernelLog("auto", "/proc", read_boot_id("/proc"))
+    first = log.read()
+    assert log.problem is None and first and log.cursor.kind == "syslog"
+    assert all(a.seq < b.seq for a, b in zip(first, first[1:]))
+    assert all(record.seq > first[-1].seq for record in log.read())
+    # A restart goes on from the stored cursor, not from the ring's start.
+    restarted = KernelLog("auto", "/proc", log.boot_id, Cursor.loads(log.cursor.dumps()))
+    assert all(record.seq > first[-1].seq for record in restarted.read())
+
+
+def test_a_dmesg_t_message_over_several_lines_is_one_record(tmp_path):
+    path = tmp_path / "dmesg.txt"
+    moment = BOOTED + 300
+    stamp = _local(moment, "%a %b %d %H:%M:%S %Y")
+    path.write_text(f"[{stamp}] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+                    "               NVRM: (PCI ID: 10de:2901) installed in this system has\n"
+                    f"[{stamp}] NVRM: fallen off the bus and is not responding to commands.\n")
+    records = KernelLog(str(path), proc_root(tmp_path, BOOTED), BOOT).read()
+    assert [r.text for r in records] == [
+        "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2901) installed in this system has",
+        "NVRM: fallen off the bus and is not responding to commands.",
+    ]

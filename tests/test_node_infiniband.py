@@ -27,6 +27,8 @@ def test_an_active_infiniband_port_gives_its_states_rate_interface_and_counters(
     assert port == NetworkPort(
         device="mlx5_0", port=1, state="ACTIVE", phys_state="LinkUp", rate_gbps=400.0, link_layer="InfiniBand",
         netdev="ibp24s0", counters={**QUIET, "port_rcv_data": 93457203938114, "port_xmit_data": 93457199384720},
+        # Its NIC function, through `device`, and the port above it: PCIe AER errors on that link are its own.
+        pci_address="0000:18:00.0", parent="0000:17:01.0",
     )
 
 

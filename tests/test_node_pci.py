@@ -19,23 +19,56 @@ HGX_GPUS = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0",
 def test_an_hgx_node_shows_its_gpus_and_nvswitches_and_nothing_of_other_vendors(tmp_path):
     functions = read_pci(str(materialize("hgx-h100-pci.txt", tmp_path)))
 
+    # Each behind a port of its own, as the recorded links lay them out: the port is its link's other end.
     assert functions == (
-        [PciFunction(address, 0x068000, "nvswitch", 0x22A3, "nvidia") for address in HGX_NVSWITCHES]
-        + [PciFunction(address, 0x030200, "gpu", 0x2330, "nvidia") for address in HGX_GPUS]
+        [PciFunction(address, 0x068000, "nvswitch", 0x22A3, "nvidia", _port(address, "04", n))
+         for n, address in enumerate(HGX_NVSWITCHES, 1)]
+        + [PciFunction(address, 0x030200, "gpu", 0x2330, "nvidia", _port(address)) for address in HGX_GPUS]
     )
+
+
+def _port(address, bus=None, device=1):
+    """The recording's root port above a function: bus - 1, device 1 (the NVSwitches' share bus 04)."""
+    return f"0000:{bus or f'{int(address[5:7], 16) - 1:02x}'}:{device:02x}.0"
 
 
 def test_each_function_has_its_kind_and_the_driver_that_holds_it(tmp_path):
     functions = read_pci(str(materialize("mixed-pci.txt", tmp_path)))
 
     assert functions == [
-        PciFunction("0000:21:00.0", 0x030200, "gpu", 0x26B9, "vfio-pci"),
-        PciFunction("0000:41:00.0", 0x030200, "gpu", 0x2331, None),
-        PciFunction("0000:c1:00.0", 0x030000, "gpu", 0x1E30, "nvidia"),
-        PciFunction("0000:c1:00.1", 0x040300, "audio", 0x10F7, "snd_hda_intel"),
-        PciFunction("0000:c1:00.2", 0x0C0330, "other", 0x1AD6, "xhci_hcd"),
-        PciFunction("0000:c1:00.3", 0x0C8000, "other", 0x1AD7, "nvidia-gpu"),
+        PciFunction("0000:21:00.0", 0x030200, "gpu", 0x26B9, "vfio-pci", "0000:20:01.1"),
+        PciFunction("0000:41:00.0", 0x030200, "gpu", 0x2331, None, "0000:40:01.1"),
+        PciFunction("0000:c1:00.0", 0x030000, "gpu", 0x1E30, "nvidia", "0000:c0:01.1"),
+        PciFunction("0000:c1:00.1", 0x040300, "audio", 0x10F7, "snd_hda_intel", "0000:c0:01.1"),
+        PciFunction("0000:c1:00.2", 0x0C0330, "other", 0x1AD6, "xhci_hcd", "0000:c0:01.1"),
+        PciFunction("0000:c1:00.3", 0x0C8000, "other", 0x1AD7, "nvidia-gpu", "0000:c0:01.1"),
     ]
+
+
+# kernel Documentation/ABI/testing/sysfs-bus-pci-devices-aer: a line per error type, then the total.
+AER_FILES = {
+    "aer_dev_correctable": "RxErr 12\nBadTLP 0\nBadDLLP 3\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\n"
+                           "HeaderOF 0\nTOTAL_ERR_COR 15\n",
+    "aer_dev_nonfatal": "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 1\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\n"
+                        "MalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\n"
+                        "AtomicOpBlocked 0\nTLPBlockedErr 0\nTOTAL_ERR_NONFATAL 1\n",
+    "aer_dev_fatal": "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\n"
+                     "MalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\n"
+                     "TLPBlockedErr 0\nTOTAL_ERR_FATAL 0\n",
+}
+
+
+def test_a_gpus_aer_totals_are_read_where_the_kernel_has_them(tmp_path):
+    root = materialize("hgx-h100-pci.txt", tmp_path)
+    for name, text in AER_FILES.items():
+        (root / "bus/pci/devices/0000:1b:00.0" / name).write_text(text)
+    (root / "bus/pci/devices/0000:05:00.0/aer_dev_correctable").write_text(AER_FILES["aer_dev_correctable"])
+
+    by_address = {f.address: f.aer for f in read_pci(str(root))}
+
+    assert by_address["0000:1b:00.0"] == {"corrected": 15, "nonfatal": 1, "fatal": 0}
+    assert by_address["0000:43:00.0"] is None  # a kernel without the files (before 5.1, or AER off)
+    assert by_address["0000:05:00.0"] is None  # an NVSwitch's link is not judged here
 
 
 def test_a_function_gone_between_listing_and_reading_is_left_out(tmp_path):

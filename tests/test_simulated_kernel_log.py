@@ -312,6 +312,23 @@ def test_the_other_severities_and_a_reload(started, tmp_path):
     assert read(port) == "4: ACTIVE\n"  # a cable module's warning leaves the port up
 
 
+def test_an_xid_on_a_mig_instance_names_the_instance_and_its_process(started, tmp_path):
+    def change(raw):
+        raw["faults"] = [{"at": 5, "kind": "xid", "device": 0, "xid": 13, "gpu_instance": 3}]
+
+    node, options = started(scenario_file(tmp_path, change, "a100-mig"))
+    node.nvml.advance(5)
+    bus = node.nvml.devices[0].spec.pci_address[:-2]
+    assert texts(Path(options["kernel_log"]))[-1] == (
+        f"NVRM: Xid (PCI:{bus} GPU-I:03 GPU-CI:00): 13, pid=3102, name=python3, Graphics SM Warp Exception on "
+        "(GPC 0, TPC 0, SM 0): Out Of Range Address")
+
+
+def test_the_command_line_gives_the_rings_size(started):
+    _, options = started("faults")
+    assert texts(Path(options["kernel_log"]))[1].endswith(" ro log_buf_len=256K")
+
+
 # --- the PCIe topology and its AER counters --------------------------------------------------
 
 
@@ -376,6 +393,9 @@ def test_an_older_kernel_has_no_aer_counters(started, tmp_path):
      "severity"),
     (lambda raw: raw["faults"].append({"at": 5, "kind": "sxid", "switch": "0000:05:00.0", "code": 1}), "NVSwitches"),
     (lambda raw: raw["faults"].append({"at": 5, "kind": "xid", "device": 1, "xid": 79, "kernel": "x"}), "fall_off"),
+    (lambda raw: raw["faults"].append({"at": 5, "kind": "xid", "xid": 13}), "device"),
+    (lambda raw: raw["node"].update(pci=[{"address": "0000:05:00.0", "kind": "nvswitch", "device_id": 0x22A3}]) or
+     raw["faults"].append({"at": 5, "kind": "sxid", "switch": "0000:05:00.0", "code": 1, "link": "x"}), "link"),
     (lambda raw: raw["node"].update(pci=[{"address": "0000:00:01.0", "kind": "audio", "device_id": 0x22BA}]),
      "root port"),
     (lambda raw: raw["node"].update(pci=[{"address": "0000:c1:00.0", "kind": "gpu", "driver": "none",

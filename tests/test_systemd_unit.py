@@ -1,10 +1,13 @@
 """The systemd unit that runs the sidecar outside Kubernetes (deploy/systemd): it serves where the
 chart's sidecar does, runs hardened without hiding the GPUs, and its README installs what it runs."""
 
+import argparse
 import posixpath
 import shlex
 from pathlib import Path
 from typing import Dict, List
+
+from gpu_monitoring.sidecar import command
 
 from .deploy_support import DEPLOY, PROC_READS, SYSFS_READS, chart_socket_path, options
 
@@ -118,3 +121,8 @@ def test_systemd_readme_installs_what_the_unit_runs():
     kernel_log = options(shlex.split(unit["Service"]["ExecStart"][-1]))["--kernel-log"]
     assert f"`--kernel-log {kernel_log}`" in readme and "`CapabilityBoundingSet=CAP_SYSLOG`" in readme
     assert "Environment=GPU_MONITORING_SIDECAR_OPTIONS=--kernel-log=none" in readme
+    # What the drop-in gives, after ExecStart's flags, is what the sidecar then reads.
+    commands = argparse.ArgumentParser().add_subparsers()
+    command.add_parsers(commands)
+    argv = shlex.split(unit["Service"]["ExecStart"][-1].replace("$GPU_MONITORING_SIDECAR_OPTIONS", "--kernel-log=none"))
+    assert commands.choices["sidecar"].parse_args(argv[2:]).kernel_log == "none"

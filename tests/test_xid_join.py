@@ -25,32 +25,47 @@ def test_the_same_xid_from_both_sources_in_one_run_is_one_event_with_what_each_k
     assert xid.timestamp == 1000.0  # the kernel's own time
 
 
+def submitted(join, events, now):
+    """One run: its events joined, then submitted."""
+    kept = join.join(events, now)
+    join.commit()
+    return kept
+
+
 def test_a_pair_split_over_two_runs_is_counted_in_the_first():
     join = XidJoin()
-    assert len(join.join([kernel(13, 1000.0)], now=1000.0)) == 1
-    assert join.join([nvml(13, 1014.0)], now=1014.0) == []
+    assert len(submitted(join, [kernel(13, 1000.0)], now=1000.0)) == 1
+    assert submitted(join, [nvml(13, 1014.0)], now=1014.0) == []
     # ...and kept across a restart of the check.
     join = XidJoin()
-    join.join([nvml(31, 2000.0)], now=2000.0)
+    submitted(join, [nvml(31, 2000.0)], now=2000.0)
     restarted = XidJoin.loads(join.dumps())
     assert restarted.join([kernel(31, 1999.5)], now=2010.0) == []
+
+
+def test_a_run_that_failed_to_submit_remembers_nothing():
+    join = XidJoin()
+    join.join([kernel(79, 1000.0), kernel(13, 1000.0)], now=1000.0)  # the run fails: never committed
+    # The next run is handed the same events again: counted, once.
+    assert len(submitted(join, [kernel(79, 1000.0), kernel(13, 1000.0)], now=1015.0)) == 2
+    assert submitted(join, [kernel(79, 1001.0), nvml(13, 1016.0)], now=1016.0) == []
 
 
 def test_what_one_source_missed_is_counted_from_the_other():
     join = XidJoin()
     # The ring wrapped in a storm: NVML has 5 XIDs, the kernel's log kept the last 2.
     events = [nvml(13, 1010.0) for _ in range(5)] + [kernel(13, 1003.0), kernel(13, 1004.0)]
-    kept = join.join(events, now=1010.0)
+    kept = submitted(join, events, now=1010.0)
     assert len(kept) == 5
     assert sum(e.pid == 4711 for e in kept) == 2
     # The sidecar was down: only the kernel saw these.
-    assert len(join.join([kernel(43, 1100.0), kernel(43, 1101.0)], now=1110.0)) == 2
+    assert len(submitted(join, [kernel(43, 1100.0), kernel(43, 1101.0)], now=1110.0)) == 2
 
 
 def test_xids_too_far_apart_are_two():
     join = XidJoin()
-    assert len(join.join([kernel(13, 1000.0)], now=1000.0)) == 1
-    assert len(join.join([nvml(13, 1000.0 + WINDOW + 60)], now=1000.0 + WINDOW + 60)) == 1
+    assert len(submitted(join, [kernel(13, 1000.0)], now=1000.0)) == 1
+    assert len(submitted(join, [nvml(13, 1000.0 + WINDOW + 60)], now=1000.0 + WINDOW + 60)) == 1
 
 
 def test_other_gpus_and_codes_do_not_pair():
@@ -61,10 +76,10 @@ def test_other_gpus_and_codes_do_not_pair():
 def test_a_gpu_fallen_off_the_bus_is_one_xid_79_however_it_is_told():
     join = XidJoin()
     told = [kernel(79, 1000.0), kernel(79, 1000.1, implied=True), nvml(79, 1003.0)]
-    (xid,) = join.join(told, now=1003.0)
+    (xid,) = submitted(join, told, now=1003.0)
     assert xid.code == 79 and xid.device_uuid == UUID
     # The driver repeats its fall-off message whenever the GPU is opened: still the same fault.
-    assert join.join([kernel(79, 1500.0, implied=True)], now=1500.0) == []
+    assert submitted(join, [kernel(79, 1500.0, implied=True)], now=1500.0) == []
 
 
 def test_events_that_are_not_xids_pass_untouched():

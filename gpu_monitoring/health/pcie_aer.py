@@ -26,10 +26,11 @@ Counts = Dict[str, int]  # by severity
 
 
 class AerCounter:
-    """Counts each function's AER errors run after run; keeps the sysfs totals of the run before."""
+    """Counts each function's AER errors run after run; keeps the sysfs totals of the last run submitted."""
 
     def __init__(self) -> None:
         self._totals: Dict[str, Counts] = {}
+        self._read: Dict[str, Counts] = {}
 
     def count(self, node: Node, events: Iterable[Event]) -> Dict[str, Counts]:
         """The run's errors by function (PCI bus ID in NVML's form), GPUs' and NICs', only where there were any."""
@@ -48,8 +49,12 @@ class AerCounter:
                                if totals_now.get(s, 0) > before.get(s, 0)})
             if counts:
                 found[bus_id] = dict(counts)
-        self._totals = totals
+        self._read = totals
         return found
+
+    def commit(self) -> None:
+        """The run that counted was submitted: the next counts from its totals (a failed run's are counted again)."""
+        self._totals = self._read
 
 
 def judge(health: Health, counts: Optional[Counts], what: str = "") -> None:

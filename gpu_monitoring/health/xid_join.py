@@ -45,13 +45,24 @@ Key = Tuple[str, int, str]  # the GPU, the code, the source
 class XidJoin:
     def __init__(self, unpaired: Optional[Dict[Key, List[float]]] = None,
                  fell_off: Optional[Dict[str, float]] = None) -> None:
-        self._unpaired: Dict[Key, Deque[float]] = {key: deque(times) for key, times in (unpaired or {}).items()}
-        self._fell_off: Dict[str, float] = dict(fell_off or {})
-        self._changed = False
+        self._kept: Tuple[Dict[Key, List[float]], Dict[str, float]] = (dict(unpaired or {}), dict(fell_off or {}))
+        self._unpaired, self._fell_off = self._committed()
+
+    def _committed(self) -> Tuple[Dict[Key, Deque[float]], Dict[str, float]]:
+        unpaired, fell_off = self._kept
+        return {key: deque(times) for key, times in unpaired.items()}, dict(fell_off)
+
+    def commit(self) -> bool:
+        """The last join's run was submitted: remember what it counted. Whether that changed what is kept."""
+        kept = ({key: list(times) for key, times in self._unpaired.items()}, dict(self._fell_off))
+        changed, self._kept = kept != self._kept, kept
+        return changed
 
     def join(self, events: List[Event], now: float) -> List[Event]:
         """The run's events with each XID once: one a partner of this run told of is merged into it; one a
-        partner of an earlier run told of is left out (it was counted then)."""
+        partner of an earlier run told of is left out (it was counted then). What the run leaves to remember
+        is kept only once it is submitted (`commit`): a run that fails hands its events out again."""
+        self._unpaired, self._fell_off = self._committed()
         self._forget(now)
         kept: List[Event] = []
         in_run: Dict[Tuple[str, int, float, str], Event] = {}
@@ -74,14 +85,12 @@ class XidJoin:
             partner = in_run.get((gpu, event.code, waiting.popleft(), other))
             if partner is not None:
                 _merge(partner, event)
-            self._changed = True
             return
         kept.append(event)
         in_run[(gpu, event.code, event.timestamp, event.source)] = event
         mine = self._unpaired.setdefault((gpu, event.code, event.source), deque())
         if len(mine) < MAX_REMEMBERED:
             mine.append(event.timestamp)
-        self._changed = True
 
     def _fall_off(self, event: Event, gpu: str, kept: List[Event], in_run: Dict) -> None:
         told = self._fell_off.get(gpu)
@@ -93,7 +102,6 @@ class XidJoin:
         kept.append(event)
         in_run[(gpu, FALL_OFF_XID, event.timestamp, "")] = event
         self._fell_off[gpu] = event.timestamp
-        self._changed = True
 
     def _forget(self, now: float) -> None:
         for key in list(self._unpaired):
@@ -104,15 +112,10 @@ class XidJoin:
                 del self._unpaired[key]
         self._fell_off = {gpu: t for gpu, t in self._fell_off.items() if t >= now - FALL_OFF_WINDOW}
 
-    def changed(self) -> bool:
-        """Whether there is something new to keep since the last call."""
-        changed, self._changed = self._changed, False
-        return changed
-
     def dumps(self) -> str:
-        return json.dumps({"unpaired": [[gpu, code, source, list(times)]
-                                        for (gpu, code, source), times in self._unpaired.items()],
-                           "fell_off": self._fell_off})
+        unpaired, fell_off = self._kept
+        return json.dumps({"unpaired": [[gpu, code, source, times] for (gpu, code, source), times in unpaired.items()],
+                           "fell_off": fell_off})
 
     @classmethod
     def loads(cls, text: Optional[str]) -> "XidJoin":

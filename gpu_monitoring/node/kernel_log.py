@@ -65,9 +65,12 @@ class KernelRecord:
 @dataclass(frozen=True)
 class Cursor:
     boot_id: Optional[str]
-    seq: int = -1  # /dev/kmsg: the last record read; a text log: the offset after the last line read
+    # /dev/kmsg: the last record read; syslog(2): the last line's, numbered by its time (_SyslogCall); a text
+    # log: the offset after the last line read.
+    seq: int = -1
     inode: Optional[int] = None  # a text log: the file the offset is in
-    time: Optional[float] = None  # a text log: the last line's time
+    time: Optional[float] = None  # the last record's time
+    kind: str = "kmsg"  # how the records were read, which says what `seq` counts: kmsg, syslog or text
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -79,12 +82,16 @@ class Cursor:
             raw = json.loads(text) if text else None
             if not isinstance(raw, dict) or type(raw.get("seq")) is not int:
                 return None
-            boot_id, inode, when = raw.get("boot_id"), raw.get("inode"), raw.get("time")
+            boot_id, inode, when, kind = raw.get("boot_id"), raw.get("inode"), raw.get("time"), raw.get("kind")
             return cls(boot_id if isinstance(boot_id, str) else None, raw["seq"],
                        inode if type(inode) is int else None,
-                       float(when) if type(when) in (int, float) else None)
+                       float(when) if type(when) in (int, float) else None,
+                       kind if kind in KINDS else "kmsg")
         except ValueError:
             return None
+
+
+KINDS = ("kmsg", "syslog", "text")
 
 
 class Unreadable(Exception):
@@ -127,31 +134,53 @@ class KernelLog:
         return self._new(records)
 
     def _open(self) -> "_Source":
-        path = KMSG if self.setting == AUTO else self.setting
+        if self.setting == AUTO:
+            return self._ring()
         try:
-            mode = os.stat(path).st_mode
+            mode = os.stat(self.setting).st_mode
         except OSError as e:
-            raise Unreadable(self._why(path, e)) from None
+            raise Unreadable(self._why(self.setting, e)) from None
         if stat.S_ISCHR(mode):
-            return _KmsgDevice(path, self._why)
-        if _is_kmsg_file(path):
-            return _KmsgFile(path, self._why)
-        return _TextLog(path, self._why)
+            return _KmsgDevice(self.setting, self._why)
+        if _is_kmsg_file(self.setting):
+            return _KmsgFile(self.setting, self._why)
+        return _TextLog(self.setting, self._why)
+
+    def _ring(self) -> "_Source":
+        """/dev/kmsg; where it cannot be opened, the same ring through syslog(2). A container runtime lets an
+        unprivileged container open only its default devices (runc's device rules: null, zero, random, tty...),
+        whatever is mounted, while syslog(2) asks only for CAP_SYSLOG."""
+        try:
+            return _KmsgDevice(KMSG, self._why)
+        except Unreadable as refused:
+            try:
+                ring = _SyslogCall()
+            except OSError as e:
+                raise Unreadable(f"{refused}; nor can syslog(2) read the ring: {e.strerror or e}") from None
+            log.info("%s; the same ring is read through syslog(2) instead", refused)
+            return ring
 
     def _new(self, records: List[KernelRecord]) -> List[KernelRecord]:
         """The records after the cursor, moving it on; a jump in the kernel's seq counts records lost."""
         new = records
+        if self.cursor.kind != self._source.kind:
+            # Read another way than before (a runtime that now lets /dev/kmsg be opened): what was read is
+            # told by the time alone.
+            after = self.cursor.time if self.cursor.seq >= 0 and self.cursor.time is not None else float("-inf")
+            new = [record for record in records if record.timestamp > after]
+            self.cursor = Cursor(self.boot_id, -1, time=self.cursor.time, kind=self._source.kind)
         if self._source.numbered:
-            new, last = [], self.cursor.seq
+            records, new, last = new, [], self.cursor.seq
             for record in records:
                 if record.seq > last:
-                    self.lost += record.seq - last - 1
+                    self.lost += record.seq - last - 1 if self._source.gapless else 0
                     last = record.seq
                     new.append(record)
         if new:
             self.cursor = replace(self.cursor, seq=new[-1].seq, time=new[-1].timestamp, inode=self._source.inode)
         if not self._source.numbered:  # past the lines that were not the kernel's too
             self.cursor = replace(self.cursor, seq=self._source.end, inode=self._source.inode)
+        self.cursor = replace(self.cursor, kind=self._source.kind)
         self._tell_lost()
         return new
 
@@ -196,7 +225,9 @@ Why = Callable[[str, OSError], str]
 
 class _Source:
     inode: Optional[int] = None
-    numbered = True  # its records carry the kernel's seq; a text log's are numbered by offset, from the cursor on
+    kind = "kmsg"
+    numbered = True  # its records carry a seq; a text log's are numbered by offset, from the cursor on
+    gapless = True  # the kernel's own seq: a gap is records lost
 
     def read(self, cursor: Cursor, boot_time: float) -> List[KernelRecord]:
         raise NotImplementedError
@@ -279,6 +310,7 @@ class _KmsgFile(_Source):
 class _TextLog(_Source):
     """A text log the host keeps, read on from the cursor's offset while the file is the one it was in."""
 
+    kind = "text"
     numbered = False
     end = 0  # the offset after the last whole line read
 
@@ -309,6 +341,74 @@ class _TextLog(_Source):
 
     def close(self) -> None:
         """Opened for each read: nothing is held."""
+
+
+class _SyslogCall(_Source):
+    """The ring through syslog(2) SYSLOG_ACTION_READ_ALL (man 2 syslog), which leaves it as it is: a line a
+    record, `<prio>[seconds.microseconds] message` (printk's time). It numbers no record, so a line is
+    numbered by its time since boot, in microseconds, times SAME_MICROSECOND plus its place among the lines
+    of the same microsecond. Each read copies the whole ring; only the lines after the cursor are parsed."""
+
+    kind = "syslog"
+    gapless = False
+    SIZE_BUFFER, READ_ALL = 10, 3  # SYSLOG_ACTION_SIZE_BUFFER, SYSLOG_ACTION_READ_ALL
+    SAME_MICROSECOND = 64
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self._klogctl = ctypes.CDLL(None, use_errno=True).klogctl
+        self._ctypes = ctypes
+        size = self._call(self.SIZE_BUFFER, None, 0)
+        self._buffer = ctypes.create_string_buffer(max(size, MAX_RECORD_BYTES))
+        self._call(self.READ_ALL, self._buffer, 1)  # refused here, not at the first read, where not permitted
+
+    def _call(self, action: int, buffer, size: int) -> int:
+        answered = self._klogctl(action, buffer, size)
+        if answered < 0:
+            number = self._ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+        return answered
+
+    def read(self, cursor: Cursor, boot_time: float) -> List[KernelRecord]:
+        try:
+            size = self._call(self.READ_ALL, self._buffer, len(self._buffer))
+        except OSError as e:
+            raise Unreadable(f"syslog(2) cannot read the kernel's ring: {e.strerror}") from None
+        data = self._buffer.raw[:size]
+        return list(_syslog_records(_tail(data, cursor.seq // self.SAME_MICROSECOND), boot_time))
+
+    def close(self) -> None:
+        """Nothing is held between reads."""
+
+
+_RING_LINE = re.compile(rb"<(\d+)>\[ *(\d+)\.(\d{6})\] ?(.*)")
+
+
+def _tail(data: bytes, after_us: int) -> bytes:
+    """The lines from the last one at or before `after_us` on: the ring's lines are in time order."""
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        match = _RING_LINE.match(data, start)
+        if match is not None and int(match.group(2)) * 1_000_000 + int(match.group(3)) < after_us:
+            return data[start:]
+        end = start
+    return data
+
+
+def _syslog_records(data: bytes, boot_time: float) -> Iterator[KernelRecord]:
+    previous, same = -1, 0
+    for line in data.split(b"\n"):
+        match = _RING_LINE.fullmatch(line)
+        if match is None or int(match.group(1)) >> 3 != KERNEL_FACILITY:
+            continue
+        microseconds = int(match.group(2)) * 1_000_000 + int(match.group(3))
+        same = same + 1 if microseconds == previous else 0
+        previous = microseconds
+        if same < _SyslogCall.SAME_MICROSECOND:
+            yield KernelRecord(microseconds * _SyslogCall.SAME_MICROSECOND + same, boot_time + microseconds / 1e6,
+                               microseconds / 1e6, match.group(4).decode("utf-8", "replace"))
 
 
 def parse_record(data: bytes, boot_time: float) -> Optional[KernelRecord]:

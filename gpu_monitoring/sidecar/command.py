@@ -125,7 +125,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
             sidecar = Sidecar(args.socket, args.journal, library, proc_root, _existing(pod_resources),
                               journal_wait=args.journal_wait, pod_cache_ttl=args.pod_cache_ttl,
                               dcgm_exporter_url=args.dcgm_exporter_url, sysfs_root=sysfs_root, kernel_log=kernel_log,
-                              clock=node.nvml.now if node is not None else time.time)
+                              clock=node.wall_time if node is not None else time.time)
         except (OSError, JournalLockedError) as e:
             # Each of these is a deployment mistake the operator fixes from the message alone.
             sys.stderr.write(f"gpu-monitoring sidecar: cannot start: {_start_error(e, args)}\n")

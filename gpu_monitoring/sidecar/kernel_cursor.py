@@ -26,7 +26,10 @@ def load(journal: Journal) -> Optional[Cursor]:
         page = journal.read(after, _PAGE)
         for record in page.records:
             if record.get("source") == "kernel" and type(record.get("kernel_seq")) is int:
-                cursor = Cursor(record.get("boot_id"), record["kernel_seq"])
+                when = record.get("timestamp")
+                cursor = Cursor(record.get("boot_id"), record["kernel_seq"],
+                                time=float(when) if type(when) in (int, float) else None,
+                                kind=cursor.kind if cursor is not None else "kmsg")
         if page.last_seq <= after:
             break
         after = page.last_seq

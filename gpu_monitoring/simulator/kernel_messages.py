@@ -61,7 +61,7 @@ BOOT = (
                           "(Ubuntu 13.2.0-23ubuntu4) 13.2.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #48-Ubuntu SMP "
                           "PREEMPT_DYNAMIC Fri Sep 27 14:04:52 UTC 2024 (Ubuntu 6.8.0-48.48-generic 6.8.12)"),
     (0.0, KERN_NOTICE, 0, "Command line: BOOT_IMAGE=/vmlinuz-6.8.0-48-generic root=UUID=1c4b2f3e-8d6a-4f0e-"
-                          "9b7c-2e5d4a3f1b60 ro log_buf_len=1M"),
+                          "9b7c-2e5d4a3f1b60 ro log_buf_len={log_buf_len}"),
     (3.912447, KERN_INFO, 0, "EXT4-fs (nvme0n1p2): mounted filesystem 1c4b2f3e-8d6a-4f0e-9b7c-2e5d4a3f1b60 ro with "
                              "ordered data mode. Quota mode: none."),
     (4.501873, KERN_INFO, LOG_DAEMON, "systemd[1]: systemd 255.4-1ubuntu8.4 running in system mode"),
@@ -97,27 +97,18 @@ class Printer:
 
     def boot(self) -> List[Tuple[float, KernelMessage]]:
         """(seconds after boot, message) of the records printed at boot, the driver's load among them."""
-        records = [(at, KernelMessage(level, text, facility=facility)) for at, level, facility, text in BOOT]
+        ring = _size(self.scenario.node.kernel_ring_bytes)
+        records = [(at, KernelMessage(level, text.format(log_buf_len=ring), facility=facility))
+                   for at, level, facility, text in BOOT]
         records.append((DRIVER_LOADED_AT, self._banner()))
         records += [(INIT_FAILED_AT, message) for message in self._init_failures()]
         return records
 
     def fault(self, fault: Fault) -> List[KernelMessage]:
         """The records a fault prints when it fires; none for a kind the log does not tell of."""
-        if fault.kind == "xid":
-            return self._xid(fault)
-        if fault.kind == "recovery_action":
-            return self._recovery_action(fault)
-        if fault.kind == "driver_reload":
-            self._named.clear()
-            return [self._banner()] + self._init_failures()
-        if fault.kind == "aer":
-            return self._aer(fault)
-        if fault.kind == "nic_fault":
-            return self._nic_fault(fault)
-        if fault.kind == "sxid":
-            return self._sxid(fault)
-        return []
+        printers = {"xid": self._xid, "recovery_action": self._recovery_action, "driver_reload": self._reload,
+                    "aer": self._aer, "nic_fault": self._nic_fault, "sxid": self._sxid}
+        return printers[fault.kind](fault) if fault.kind in printers else []
 
     # --- NVIDIA's driver ------------------------------------------------------------------------------
 
@@ -125,6 +116,11 @@ class Printer:
         """The driver's banner as it loads (nv.c, nvidia_init_module: `NVRM: loading %s` of its NVRM_ID)."""
         version = self.scenario.driver["version"]
         return _nvrm(f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {version}  {DRIVER_BUILT}")
+
+    def _reload(self, _fault: Fault) -> List[KernelMessage]:
+        """The reloaded driver's banner and what it failed to set up again; it names each GPU anew."""
+        self._named.clear()
+        return [self._banner()] + self._init_failures()
 
     def _init_failures(self) -> List[KernelMessage]:
         """A GPU the driver bound but could not set up: RmInitAdapter's status, then nv.c's line naming the
@@ -145,7 +141,8 @@ class Printer:
         if fault.params.get("kernel") == "fall_off":
             return _fallen_off(device)
         code = int(fault.params.get("xid", 0))
-        line = self._xid_line(device, code, XID_DETAILS.get(code, GENERIC_DETAIL))
+        line = self._xid_line(device, code, XID_DETAILS.get(code, GENERIC_DETAIL), fault.params.get("gpu_instance"),
+                              fault.params.get("compute_instance", 0))
         return self._name_once(device) + [line] * int(fault.params.get("count", 1))
 
     def _recovery_action(self, fault: Fault) -> List[KernelMessage]:
@@ -162,10 +159,15 @@ class Printer:
         return [_nvrm(f"NVRM: GPU at PCI:{_xid_bus(device)}: {device.uuid}"),
                 _nvrm(f"NVRM: GPU Board Serial Number: {board_serial(device)}")]
 
-    def _xid_line(self, device: DeviceSpec, code: int, detail: str) -> KernelMessage:
-        process = _first_process(device) if code not in NO_PROCESS_XIDS else None
+    def _xid_line(self, device: DeviceSpec, code: int, detail: str, gpu_instance: Optional[int] = None,
+                  compute_instance: int = 0) -> KernelMessage:
+        """krcReportXid's line; on a MIG GPU instance, with the instances the driver attributes it to."""
+        where = _xid_bus(device)
+        if gpu_instance is not None:
+            where += f" GPU-I:{gpu_instance:02d} GPU-CI:{compute_instance:02d}"
+        process = _first_process(device, gpu_instance) if code not in NO_PROCESS_XIDS else None
         pid, name = (process["pid"], process.get("name", "python3")) if process else ("'<unknown>'", "<unknown>")
-        return _nvrm(f"NVRM: Xid (PCI:{_xid_bus(device)}): {code}, pid={pid}, name={name}, {detail}")
+        return _nvrm(f"NVRM: Xid (PCI:{where}): {code}, pid={pid}, name={name}, {detail}")
 
     # --- the PCIe bus, the NICs and the NVSwitches -----------------------------------------------------
 
@@ -219,6 +221,14 @@ def board_serial(device: DeviceSpec) -> str:
     return f"1{digest % 10**12:012d}"
 
 
+def _size(ring_bytes: int) -> str:
+    """The ring's size as the kernel's command line gives it (memparse: 1M, 256K, or bytes)."""
+    for unit, factor in (("M", 1 << 20), ("K", 1 << 10)):
+        if ring_bytes % factor == 0:
+            return f"{ring_bytes // factor}{unit}"
+    return str(ring_bytes)
+
+
 def _fallen_off(device: DeviceSpec) -> List[KernelMessage]:
     """nv.c's message for a GPU that answers config reads with all ones: the full address and PCI IDs."""
     pci_id = f"10de:{device.pci_device_id >> 16:04x}"
@@ -227,8 +237,10 @@ def _fallen_off(device: DeviceSpec) -> List[KernelMessage]:
             _nvrm("NVRM: fallen off the bus and is not responding to commands.")]
 
 
-def _first_process(device: DeviceSpec) -> Optional[Dict]:
-    processes = device.processes + [p for m in device.mig for p in m.processes]
+def _first_process(device: DeviceSpec, gpu_instance: Optional[int] = None) -> Optional[Dict]:
+    """The scenario's first process on the GPU, or on its GPU instance `gpu_instance`."""
+    instances = [m for m in device.mig if gpu_instance is None or m.gpu_instance_id == gpu_instance]
+    processes = (device.processes if gpu_instance is None else []) + [p for m in instances for p in m.processes]
     return processes[0] if processes else None
 
 

@@ -6,7 +6,7 @@ sysfs). Every GPU NVML lists is on the PCI bus, bound to `nvidia`, with its mode
       expected_gpus: 4                      # the GPUs its operator knows it has: stands in for expected_gpus
       pci:                                  # functions NVML does not list
         - {address: "0000:c1:00.0", kind: gpu, driver: none}   # on the bus, no driver bound
-        - {address: "0000:c1:00.0", kind: gpu, init_failure: "0x26:0x56:1474"}  # bound; RmInitAdapter failed
+        - {address: "0000:e1:00.0", kind: gpu, init_failure: "0x26:0x56:1474"}  # bound; RmInitAdapter failed
         - {address: "0000:51:00.0", kind: gpu, driver: vfio-pci}  # given to a VM
         - {address: "0000:05:00.0", kind: nvswitch, device_id: 0x22a3}  # driver nvidia by default
         - {address: "0000:41:00.1", kind: audio, device_id: 0x22ba}     # driver snd_hda_intel by default
@@ -215,7 +215,7 @@ def _pci(entry: Dict[str, Any], gpu_device_id: Optional[int]) -> PciSpec:
         device_id=int(device_id),
         class_code=int(entry.get("class", class_code)),
         driver=driver,
-        init_failure=init_failure,
+        init_failure=None if init_failure is None else str(init_failure),
     )
 
 

@@ -253,20 +253,23 @@ def _check_kernel_fault(fault: Fault, devices: List[DeviceSpec], node: NodeSpec)
     """What a fault the kernel's log tells of needs: a GPU behind a root port, a known severity, an NVSwitch
     of the node; ValueError naming the fault otherwise."""
     where, params = f"fault {fault.kind} at {fault.at}", fault.params
+    on_gpu = isinstance(fault.device, int) and 0 <= fault.device < len(devices)
+    if fault.kind in ("xid", "recovery_action", "aer") and not on_gpu:
+        raise ValueError(f"{where}: device is the index of one of the {len(devices)} GPUs; got {fault.device!r}")
     if fault.kind == "xid" and params.get("kernel", "xid") not in ("xid", "fall_off"):
         raise ValueError(f"{where}: kernel is fall_off (the driver's message for a GPU off the bus), or left out")
     if fault.kind == "aer":
-        if not (isinstance(fault.device, int) and 0 <= fault.device < len(devices)) or \
-                node.bridge_of(devices[fault.device].pci_address) is None:
-            raise ValueError(f"{where}: device is the index of a GPU behind a root port; got {fault.device!r}")
+        if node.bridge_of(devices[fault.device].pci_address) is None:
+            raise ValueError(f"{where}: GPU {fault.device} is on a root bus, behind no root port to report it")
         if params.get("severity") not in AER_SEVERITIES or int(params.get("count", 1)) < 1:
             raise ValueError(f"{where}: severity is one of {', '.join(AER_SEVERITIES)} and count at least 1")
     if fault.kind == "nic_fault" and params.get("severity") not in NIC_SEVERITIES:
         raise ValueError(f"{where}: severity is one of {', '.join(NIC_SEVERITIES)}; got {params.get('severity')!r}")
     if fault.kind == "sxid":
         switches = [f.address for f in node.pci if f.kind == "nvswitch"]
-        if str(params.get("switch")).lower() not in switches or not isinstance(params.get("code"), int):
-            raise ValueError(f"{where}: switch is one of node.pci's NVSwitches {switches} and code a number; "
+        numbers = all(isinstance(params.get(key, 0), int) for key in ("code", "link")) and "code" in params
+        if str(params.get("switch")).lower() not in switches or not numbers:
+            raise ValueError(f"{where}: switch is one of node.pci's NVSwitches {switches}, code and link numbers; "
                              f"got {params!r}")
 
 

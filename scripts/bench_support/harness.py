@@ -181,6 +181,16 @@ def median_ms(seconds: Any) -> float:
     return statistics.median(seconds) * 1000
 
 
+def thread_times(stage: Callable[[], object], rounds: int) -> List[float]:
+    """The calling thread's CPU seconds for each of `rounds` calls of `stage`."""
+    spent = []
+    for _ in range(rounds):
+        started = time.thread_time()
+        stage()
+        spent.append(time.thread_time() - started)
+    return spent
+
+
 def per(value: float, count: Optional[float]) -> float:
     """value / count, NaN-free: a count of 0 gives 0 (nothing to share it among)."""
     return value / count if count else 0.0

@@ -25,17 +25,20 @@ def table(scenario: str, rounds: int, **options: Any) -> Table:
         snapshot = check.source.read()
         pods = check._pods(snapshot.allocations)
         attribution = attribute(snapshot, pods, check.config.effective_threshold, check.price_of)
-        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered)
+        aer = check._aer.count(snapshot.node, snapshot.events)
+        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered, aer)
                    for d in snapshot.devices}
-        node = check._node(snapshot)
+        node = check._node(snapshot, aer=aer)
         stages: Dict[str, Callable[[], object]] = {
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
             "reading the node": check.source.read,
             "attribution": lambda: attribute(snapshot, pods, check.config.effective_threshold, check.price_of),
-            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered)
+            "the kernel's record (what it told, XIDs joined) and PCIe AER counted": lambda: (
+                check._kernel_record(snapshot), check._aer.count(snapshot.node, snapshot.events)),
+            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered, aer)
                                for d in snapshot.devices],
-            "node health": lambda: check._node(snapshot),
+            "node health": lambda: check._node(snapshot, aer=aer),
             "submission": lambda: check.submitter.submit(snapshot, healths, attribution, node),
         }
         measured: Dict[str, List[float]] = {name: [] for name in stages}
@@ -45,7 +48,8 @@ def table(scenario: str, rounds: int, **options: Any) -> Table:
     ms = {name: median_ms(seconds) for name, seconds in measured.items()}
     floor_ms = ms["floor: the same series submitted as gauges"]
     ms["submission beyond the floor"] = ms["submission"] - floor_ms
-    parts = ("reading the node", "attribution", "health", "node health", "submission")
+    parts = ("reading the node", "the kernel's record (what it told, XIDs joined) and PCIe AER counted",
+             "attribution", "health", "node health", "submission")
     ms["whole run less its stages"] = ms["whole run"] - sum(ms[name] for name in parts)
     beyond = ms["whole run"] - floor_ms
     return Table(

@@ -4,14 +4,12 @@ call) and judging it (node.health and the ports' series), on the simulated dgx-h
 holds its GPUs, NVSwitches and ConnectX NICs and ten ports as a DGX H100's does."""
 
 import os
-import time
-from typing import Callable, List
 
 from gpu_monitoring.node.hardware import HardwareReader
 from gpu_monitoring.node.pci import DEVICES_DIRECTORY
 from gpu_monitoring.snapshot import Node
 
-from .harness import Bench, median_ms
+from .harness import Bench, median_ms, thread_times
 from .report import Report, Table
 
 SCENARIO = "dgx-h100"
@@ -27,8 +25,8 @@ def table(rounds: int, report: Report) -> Table:
         hardware.read_into(node)
         functions = len(os.listdir(os.path.join(options.sysfs_root, *DEVICES_DIRECTORY)))
         snapshot = bench.check.source.read()
-        read_ms = median_ms(_timed(lambda: hardware.read_into(Node()), rounds))
-        judge_ms = median_ms(_timed(lambda: bench.check.node_judge.judge(snapshot), rounds))
+        read_ms = median_ms(thread_times(lambda: hardware.read_into(Node()), rounds))
+        judge_ms = median_ms(thread_times(lambda: bench.check.node_judge.judge(snapshot), rounds))
     nvidia, ports = len(node.pci_functions or ()), len(node.network_ports or ())
     verdict = report.target(f"sysfs read per run ({ports} ports, {functions} PCI functions)", read_ms,
                             f"< {LIMIT_MS:g} ms", read_ms < LIMIT_MS)
@@ -42,11 +40,3 @@ def table(rounds: int, report: Report) -> Table:
          "are resolved once, while the node's ports stay the same"],
     )
 
-
-def _timed(stage: Callable[[], object], rounds: int) -> List[float]:
-    spent = []
-    for _ in range(rounds):
-        started = time.thread_time()
-        stage()
-        spent.append(time.thread_time() - started)
-    return spent

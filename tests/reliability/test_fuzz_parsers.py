@@ -71,6 +71,7 @@ GOOD = {
     "metric_patterns": [{"include": ["gpu_monitoring.*"]}], "metrics_profile": ["essential", "standard", "full"],
     "name": ["gpu-node"], "namespace": ["default"], "no_index": [False], "loader": ["python"],
     "process_isolation": [False], "sysfs_root": ["/sys", "/host/sys"], "expected_gpus": [1, 8],
+    "kernel_log": ["auto", "none", "/var/log/kern.log"],
     "expected_network_ports": ["auto", 0, 8], "expected_network_rate": ["auto", 400, 200.5],
     "network_ports_exclude": [[], ["mlx5_4", "eth*"]], "fault_hold": [0, 86400],
 }

@@ -8,6 +8,7 @@ import re
 import socket
 import string
 import threading
+from dataclasses import asdict
 
 import pytest
 from hypothesis import assume, event, example, given
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.client import EventsPage, SidecarClient, SidecarUnavailable, _events_page
-from gpu_monitoring.snapshot import Event, Snapshot
+from gpu_monitoring.snapshot import Event, SlurmJob, Snapshot
 from tests.sidecar_support import SidecarProcess
 
 from .fuzz_support import (
@@ -46,11 +47,15 @@ def good_snapshot():
     finally:
         reader.close()
     uuid = taken["devices"][0]["uuid"]
-    taken["events"] = [{"device_uuid": uuid, "kind": "xid", "code": 79, "timestamp": 1.5,
-                        "gpu_instance_id": None, "compute_instance_id": None, "device_index": 0,
-                        "pci_bus_id": taken["devices"][0]["pci_bus_id"]},
-                       {"device_uuid": None, "kind": "type_0x10", "code": 0, "timestamp": 2,
-                        "gpu_instance_id": 1, "compute_instance_id": 0, "device_index": None, "pci_bus_id": None}]
+    bus_id = taken["devices"][0]["pci_bus_id"]
+    taken["events"] = [asdict(event) for event in (
+        Event(uuid, "xid", 79, 1.5, device_index=0, pci_bus_id=bus_id),
+        Event(None, "type_0x10", 0, 2, gpu_instance_id=1, compute_instance_id=0),
+        # The kernel's line of an XID, with the Slurm job whose process it hit.
+        Event(None, "xid", 13, 3.25, pci_bus_id=bus_id, source="kernel", pid=4711, process_name="python",
+              slurm=SlurmJob("48213", "0", 1001), detail="Graphics Exception", boot_id="b", kernel_seq=812),
+        Event(None, "aer", 0, 4.0, pci_bus_id=bus_id, source="kernel", severity="corrected", reporter="0000:17:01.0"),
+    )]
     taken["allocations"] = {"source": "pod_resources", "error": None,
                             "items": [{"namespace": "ml", "pod": "train", "container": "main",
                                        "resource_name": "nvidia.com/gpu", "device_id": uuid,
