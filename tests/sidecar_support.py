@@ -6,11 +6,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import pytest
 
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
+from gpu_monitoring.snapshot import Event
 
 STARTUP_SECONDS = 30
 
@@ -61,6 +62,10 @@ class SidecarProcess:
 
     def journal_last_seq(self) -> int:
         return self.client().events(0, 1).journal_last_seq
+
+    def journaled(self, source: str = "nvml") -> List[Event]:
+        """The journal's events that came from `source`: NVML's event set, or the kernel's log."""
+        return [event for event in self.client().events(0, 1000).events if event.source == source]
 
 
 @pytest.fixture(name="sidecars")

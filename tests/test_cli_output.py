@@ -128,7 +128,10 @@ def test_faults_alone_show_their_faults(capsys):
 def test_json_carries_the_summary(capsys):
     report = json.loads(check(capsys, "--simulate", "faults", "--json", code=CRITICAL_FOUND))
     summary = report["summary"]
-    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "workloads", "service_checks_not_ok"}
+    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "workloads", "service_checks_not_ok",
+                            "application_xids"}
+    # The kernel's line named the process the application XID of t=20 hit (faults runs no pods: its name).
+    assert {"workload": "process python3", "xid": "13", "gpu_index": "1", "count": 1} in summary["application_xids"]
     gpus = {row["gpu_index"]: row for row in summary["gpus"]}
     assert len(gpus) == len(scenario("faults")["devices"])
     assert gpus["2"]["health"] == "CRITICAL" and gpus["2"]["memory_used"] is None

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAULTS = yaml.safe_load((Path(simulator.__file__).parent / "scenarios" / "faults.yaml").read_text())["faults"]
 RUN = re.compile(r"^run (\d+)(?: \(t=(\d+) s\))?$")
 # Faults the node's node.health tells, naming the port; the others a GPU's device.health or an event.
-NODE_FAULTS = {"port_flap", "port_slow"}
+NODE_FAULTS = {"port_flap", "port_slow", "nic_fault"}
 
 
 def demo_arguments(scenario: str) -> List[str]:
@@ -79,6 +79,11 @@ def test_the_faults_demo_shows_every_fault_of_its_timeline_under_the_run_that_sa
             device = fault["port"].split("/")[0]
             rows = [line for line in changes.get(when, []) if line.split()[:2] == ["node.health", "node"]]
             assert any(device in row for row in rows), (fault, changes.get(when))
+        elif fault["kind"] == "aer":
+            # Told by the GPU's own reasons, whatever its status was already.
+            severity = {"corrected": "corrected", "nonfatal": "non-fatal", "fatal": "fatal"}[fault["severity"]]
+            block = " ".join(" ".join(changes.get(when, [])).split())
+            assert f"{fault['count']:,} {severity}" in block and "PCIe error" in block, (fault, changes.get(when))
         elif fault["kind"] == "driver_reload":
             # The reload clears what only it clears: the double-bit ECC error held CRITICAL since.
             (ecc,) = [f for f in FAULTS if f["kind"] == "ecc_dbe"]
@@ -110,7 +115,7 @@ def test_sidecar_mode_shows_the_events_the_first_run_read(capsys, tmp_path, data
     # The sidecar journals the XIDs of t=20; the check's first run reads them, its second none.
     sidecar = SidecarProcess(tmp_path, "faults", "--start-at", "15", "--speed", "2").start()
     try:
-        wait_until(lambda: sidecar.journal_last_seq() >= 4, 30, "the XIDs of t=20 never reached the journal")
+        wait_until(lambda: len(sidecar.journaled()) >= 4, 30, "the XIDs of t=20 never reached the journal")
         report = json.loads(main_out(capsys, "check", "--socket", sidecar.socket, "--runs", "2", "--json",
                                      code=CRITICAL_FOUND))
         datadog_agent.reset()  # forgets the cursor the first command stored: the second reads the journal again

@@ -17,7 +17,10 @@ from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.snapshot import Device, Snapshot
 
 # Device-scope metrics that submission makes (prices, processes left out by max_processes), not a collector.
-SUBMITTED_NOT_COLLECTED = {"cost.hourly", "cost.idle_hourly", "processes.omitted", "device.persistence_mode"}
+# Made where the snapshot is judged: costs, what was left out, inventory, and the PCIe AER errors the check
+# counts from sysfs totals and the kernel's log (health.pcie_aer).
+SUBMITTED_NOT_COLLECTED = {"cost.hourly", "cost.idle_hourly", "processes.omitted", "device.persistence_mode",
+                           "pcie.aer.corrected", "pcie.aer.nonfatal", "pcie.aer.fatal"}
 
 
 def test_a_misspelt_metric_fails_where_it_is_declared():

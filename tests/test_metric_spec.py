@@ -26,7 +26,7 @@ SCENARIOS = {
     "a100-mig": (15, {"hourly_price": {"NVIDIA A100-SXM4-80GB": 3.0}}),
     "t4-shared": (15, {"default_hourly_price": 0.35, "max_processes_per_device": 2}),
     "legacy-driver": (15, {}),
-    "faults": (60, {}),
+    "faults": (105, {}),  # its last PCIe AER error (non-fatal) comes at t=100
     "hgx-b200": (15, {}),
     "gh200": (30, {}),
     "gpu-missing": (15, {}),

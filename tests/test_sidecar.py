@@ -49,7 +49,9 @@ def test_snapshot_events_and_health(sidecars):
     owners = [p["container_id"] for d in snapshot["snapshot"]["devices"] for p in d["processes"]]
     assert owners and all(owners)
     status, events = raw_request(sidecar.socket, target="/v1/events?after=0&limit=10")
-    assert status == 200 and events["events"] == [] and events["last_seq"] == 0
+    # No NVML event yet: what the kernel's log told of this boot, the driver's load among it.
+    assert status == 200 and {e["source"] for e in events["events"]} == {"kernel"}
+    assert [e["detail"] for e in events["events"] if e["kind"] == "driver_loaded"] == ["550.90.07"]
     status, health = raw_request(sidecar.socket)
     assert status == 200 and health["status"] == "ok" and health["snapshots_served"] == 1
 
@@ -223,6 +225,11 @@ faults:
 """
 
 
+# These count NVML's events by the journal's seqs; the kernel's log through a sidecar restart is
+# tests/test_kernel_record_sidecar.py's.
+NVML_ALONE = ("--kernel-log", "none")
+
+
 def xid_counts():
     return sorted(int(tag_dict(m.tags)["xid"]) for m in _aggregator.metrics("gpu_monitoring.xid_errors")
                   for _ in range(int(m.value)))
@@ -237,7 +244,7 @@ def timeline(tmp_path):
 
 def test_events_while_the_check_is_stopped_count_once(sidecars, timeline, datadog_agent):
     # 20 simulated seconds per real second: the XIDs come about 0.5, 2 and 3.5 s after start.
-    sidecar = sidecars(timeline, "--speed", "20")
+    sidecar = sidecars(timeline, "--speed", "20", *NVML_ALONE)
     check = sidecar_check(sidecar.socket)
     _aggregator.reset()
     assert check.run() == ""
@@ -256,7 +263,7 @@ def test_events_while_the_check_is_stopped_count_once(sidecars, timeline, datado
 
 def test_a_sidecar_restart_loses_and_duplicates_nothing(tmp_path, timeline, datadog_agent):
     # 5 simulated seconds per real second: XID 13 comes after 2 s, XID 31 would come 6 s later.
-    first = SidecarProcess(tmp_path, timeline, "--speed", "5").start()
+    first = SidecarProcess(tmp_path, timeline, "--speed", "5", *NVML_ALONE).start()
     wait_until(lambda: first.journal_last_seq() >= 1, 20, "the first XID never reached the journal")
     check = sidecar_check(first.socket)
     _aggregator.reset()
@@ -264,7 +271,7 @@ def test_a_sidecar_restart_loses_and_duplicates_nothing(tmp_path, timeline, data
     assert xid_counts() == [13]
     assert first.stop() == 0
     # The node comes back later in its timeline: the XID at t=40 happens after the restart.
-    second = SidecarProcess(tmp_path, timeline, "--speed", "20", "--start-at", "30").start()
+    second = SidecarProcess(tmp_path, timeline, "--speed", "20", "--start-at", "30", *NVML_ALONE).start()
     try:
         wait_until(lambda: second.journal_last_seq() >= 3, 20, "the later XIDs never reached the journal")
         _aggregator.reset()

@@ -108,7 +108,7 @@ def test_a_snapshot_with_a_reading_json_cannot_hold_is_refused(number):
 def test_cli_json(capsys):
     report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
     assert set(report) == {"summary", "metrics", "service_checks", "events", "changes", "runs", "interval",
-                           "timeline_end", "whole_timeline_runs"}
+                           "timeline_end", "whole_timeline_runs", "xids"}
     assert report["runs"] == [{"run": 1, "at": pytest.approx(0, abs=5)}, {"run": 2, "at": pytest.approx(15, abs=5)}]
     for metric in report["metrics"]:
         assert set(metric) == {"name", "type", "value", "tags"}

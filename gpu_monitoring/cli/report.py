@@ -6,6 +6,7 @@ import json
 import math
 import os
 import time
+import uuid
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -36,6 +37,9 @@ def run(init_config: Dict[str, Any], instance: Dict[str, Any], runs: Optional[in
 
     with _generic_tags_allowed():
         check = GpuMonitoringCheck("gpu_monitoring", init_config, [instance])
+        # An instance of its own, as each `check` command is a process of its own: what a run keeps in the
+        # persistent cache (held verdicts, the kernel's cursor, XIDs counted) is not an earlier command's.
+        check.check_id = f"gpu_monitoring:cli:{uuid.uuid4()}"
         interval = instance.get("min_collection_interval") or DEFAULT_INTERVAL
         try:
             history, previous, errors = _run(check, runs or runs_to_show(check, interval, whole_timeline), interval,

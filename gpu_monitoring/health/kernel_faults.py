@@ -6,8 +6,9 @@ module errors, PCIe AER errors on a NIC's link, and whether the log can be read 
   which on an NVSwitch system means a node reboot: CRITICAL, held until the node reboots. A non-fatal
   one is corrected or contained: a WARNING in the run that reads it.
 - ConnectX (mlx5_core, drivers/net/ethernet/mellanox/mlx5/core/health.c): a firmware or health fatal
-  error leaves the NIC in its error state until it is reset: CRITICAL for its ports, held until the node
-  reboots. A port module event (events.c: a cable error, overheating, an unplugged module) is a WARNING.
+  error puts the NIC in its error state until the driver's health recovery or a reset brings it back:
+  CRITICAL in the run that reads it, and its ports down after that say so themselves. A port module
+  event (events.c: a cable error, overheating, an unplugged module) is a WARNING.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -57,9 +58,10 @@ def _nics(health: Health, events: List[Event], nic_ports: PortNames) -> None:
         ports = ", ".join(nic_ports.get(nvml_bus_id(nic) or "", [])) or "no port of this node"
         said = "; ".join(dict.fromkeys(event.detail for event in group if event.detail))
         if severity == "fatal":
-            health.add(Status.CRITICAL, f"ConnectX {nic} ({ports}) reported a fatal error ({said}): it stays in its "
-                                        "error state until it is reset; drain the node and reboot it",
-                       hold=f"nic:{nic}", since=group[0].timestamp)
+            # Not held: mlx5's health recovery (health.c, devlink's fw_fatal reporter) may reset the NIC by
+            # itself; while it does not, its ports stay down and say so.
+            health.add(Status.CRITICAL, f"ConnectX {nic} ({ports}) reported a fatal error ({said}): its ports stay "
+                                        "down until the driver's health recovery or a reset brings it back")
         else:
             health.add(Status.WARNING, f"ConnectX {nic} ({ports}): {said}")
 

@@ -28,8 +28,10 @@ from typing import Deque, List
 from gpu_monitoring.simulator.kernel_messages import PRINTED, KernelMessage, Printer
 from gpu_monitoring.simulator.scenario import Scenario
 
-# Seconds the node had been up at scenario time 0.
-BOOT_UPTIME = 600
+# Seconds the node had been up at scenario time 0: half a day, so that its GPU processes, which the proc
+# root starts some eleven hours after boot (proc_root's default start time), ran before any fault of the
+# timeline, as the kernel's line of an XID and the process it names must.
+BOOT_UPTIME = 12 * 3600
 
 
 def usec_at(seconds_since_boot: float) -> int:
