@@ -83,6 +83,14 @@ def sidecars_fixture(tmp_path):
         process.stop()
 
 
+def sidecar_check(socket_path: str, **options: Any):
+    """A check reading the sidecar on `socket_path`, off Kubernetes unless `options` say otherwise."""
+    from gpu_monitoring.check import GpuMonitoringCheck
+
+    instance = dict({"kubernetes": False}, **options, source="sidecar", sidecar_socket=socket_path)
+    return GpuMonitoringCheck("gpu_monitoring", {}, [instance])
+
+
 def wait_until(condition, seconds: float, message: str) -> None:
     """Poll `condition` until it holds, for at most `seconds`."""
     deadline = time.monotonic() + seconds

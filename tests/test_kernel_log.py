@@ -242,3 +242,27 @@ def test_a_dmesg_t_message_over_several_lines_is_one_record(tmp_path):
         "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2901) installed in this system has",
         "NVRM: fallen off the bus and is not responding to commands.",
     ]
+
+
+def test_epipe_is_counted_and_reading_goes_on_at_the_oldest_record_kept(tmp_path, monkeypatch, caplog):
+    """A reader the ring overtook gets EPIPE once, then the oldest record kept (Documentation/ABI/testing/
+    dev-kmsg). No machine can be made to overwrite its ring on demand, so the device's answers are played
+    back from a script beneath the reader: a character device (here /dev/null) read through os.read."""
+    from gpu_monitoring.node import kernel_log
+
+    script = [b"4,7,1000,-;record 7\n", BrokenPipeError(32, "Broken pipe"), b"4,12,2000,-;record 12\n",
+              BlockingIOError(11, "Resource temporarily unavailable")]
+
+    def device(fd, size):
+        answer = script.pop(0) if script else BlockingIOError(11, "Resource temporarily unavailable")
+        if isinstance(answer, OSError):
+            raise answer
+        return answer
+
+    log = KernelLog("/dev/null", proc_root(tmp_path), BOOT, Cursor(BOOT, 6))
+    monkeypatch.setattr(kernel_log.os, "read", device)
+    with caplog.at_level(logging.INFO, logger="gpu_monitoring.node.kernel_log"):
+        assert [r.seq for r in log.read()] == [7, 12]
+        assert log.read() == []
+    assert log.lost == 4
+    assert sum("overwrote 4 records" in r.getMessage() for r in caplog.records) == 1

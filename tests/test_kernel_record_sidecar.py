@@ -5,26 +5,13 @@ Slurm job whose process it hit."""
 import pytest
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.check import GpuMonitoringCheck
+from .conftest import H100_PCIE_NODE, tag_dict
+from .sidecar_support import SidecarProcess, sidecar_check, wait_until
 
-from .conftest import tag_dict
-from .sidecar_support import SidecarProcess, wait_until
-
-TIMELINE = """
+TIMELINE = H100_PCIE_NODE + """
 description: One H100 running one Slurm job's process, with an application XID every 30 simulated seconds.
-driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040}
 devices:
-  - name: NVIDIA H100 PCIe
-    architecture: hopper
-    memory_mib: 81559
-    bar1_mib: 131072
-    clocks_max: {sm: 1755, memory: 1593, graphics: 1755, video: 1620}
-    power_limit_w: 350
-    idle_power_w: 48
-    slowdown_c: 88
-    pcie: {generation: 5, width: 16}
-    load: {utilization: 40}
-    processes: [{pid: 4711, name: python, memory_mib: 20000}]
+  - {model: h100, load: {utilization: 40}, processes: [{pid: 4711, name: python, memory_mib: 20000}]}
 slurm:
   jobs:
     - {id: 48213, name: llama3-pretrain, user: alice, uid: 1001, account: nlp, partition: gpu, processes: [4711]}
@@ -40,11 +27,6 @@ def timeline(tmp_path):
     path = tmp_path / "timeline.yaml"
     path.write_text(TIMELINE)
     return str(path)
-
-
-def sidecar_check(socket_path):
-    instance = {"kubernetes": False, "source": "sidecar", "sidecar_socket": socket_path}
-    return GpuMonitoringCheck("gpu_monitoring", {}, [instance])
 
 
 def xids():

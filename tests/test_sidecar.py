@@ -12,7 +12,7 @@ from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.cli.main import main
 
 from .conftest import tag_dict
-from .sidecar_support import SidecarProcess, sidecars_fixture, socket_mode, wait_until  # noqa: F401
+from .sidecar_support import SidecarProcess, sidecar_check, sidecars_fixture, socket_mode, wait_until  # noqa: F401
 
 SIDECAR_CHECK = "gpu_monitoring.sidecar.can_connect"
 
@@ -26,11 +26,6 @@ def raw_request(path, method="GET", target="/healthz"):
     body = json.loads(response.read())
     connection.close()
     return response.status, body
-
-
-def sidecar_check(socket_path, **options):
-    instance = dict({"kubernetes": False}, **options, source="sidecar", sidecar_socket=socket_path)
-    return GpuMonitoringCheck("gpu_monitoring", {}, [instance])
 
 
 # --- the API ------------------------------------------------------------------------------

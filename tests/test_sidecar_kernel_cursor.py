@@ -23,37 +23,37 @@ def test_a_first_start_has_no_cursor(tmp_path):
     journal.close()
 
 
-def test_the_saved_cursor_is_read_back(tmp_path):
-    journal = Journal(str(tmp_path))
-    journal.append(kernel_record(41))
-    kernel_cursor.save(journal, Cursor(BOOT, 57))  # records after 41 matched nothing
+def cursor_after_restart(directory, *steps):
+    """The cursor a sidecar restarted on `directory` finds, after `steps` (each a journal record to
+    append, or a cursor to save) and a stop."""
+    journal = Journal(str(directory))
+    for step in steps:
+        if isinstance(step, Cursor):
+            kernel_cursor.save(journal, step)
+        else:
+            journal.append(step)
     journal.close()
-    reopened = Journal(str(tmp_path))
-    assert kernel_cursor.load(reopened) == Cursor(BOOT, 57)
-    reopened.close()
+    reopened = Journal(str(directory))
+    try:
+        return kernel_cursor.load(reopened)
+    finally:
+        reopened.close()
+
+
+def test_the_saved_cursor_is_read_back(tmp_path):
+    # The records after 41 matched nothing: only the file says the reader got to 57.
+    assert cursor_after_restart(tmp_path, kernel_record(41), Cursor(BOOT, 57)) == Cursor(BOOT, 57)
 
 
 def test_events_journaled_after_the_cursor_file_move_it_on(tmp_path):
-    journal = Journal(str(tmp_path))
-    journal.append(kernel_record(10))
-    kernel_cursor.save(journal, Cursor(BOOT, 10))
-    # A crash after these were journaled, before the file was written again.
-    journal.append(nvml_record())
-    journal.append(kernel_record(11))
-    journal.append(kernel_record(12))
-    journal.append(nvml_record())
-    journal.close()
-    reopened = Journal(str(tmp_path))
-    assert kernel_cursor.load(reopened) == Cursor(BOOT, 12)
-    reopened.close()
+    # A crash after the last four were journaled, before the file was written again.
+    found = cursor_after_restart(tmp_path, kernel_record(10), Cursor(BOOT, 10), nvml_record(), kernel_record(11),
+                                 kernel_record(12), nvml_record())
+    assert (found.boot_id, found.seq) == (BOOT, 12)
 
 
 def test_without_its_file_the_journal_alone_gives_the_cursor(tmp_path):
-    journal = Journal(str(tmp_path))
-    for seq in range(3):
-        journal.append(kernel_record(seq))
-    journal.close()
+    (tmp_path / kernel_cursor.STATE_FILE).parent.mkdir(exist_ok=True)
     (tmp_path / kernel_cursor.STATE_FILE).write_text("{broken")
-    reopened = Journal(str(tmp_path))
-    assert kernel_cursor.load(reopened) == Cursor(BOOT, 2)
-    reopened.close()
+    found = cursor_after_restart(tmp_path, *(kernel_record(seq) for seq in range(3)))
+    assert (found.boot_id, found.seq) == (BOOT, 2)

@@ -16,7 +16,7 @@ from gpu_monitoring.cli.main import main
 from gpu_monitoring.sidecar.pump import BUFFER_EVENTS
 
 from ..conftest import H100_PCIE_NODE, tag_dict
-from ..sidecar_support import SidecarProcess, wait_until
+from ..sidecar_support import SidecarProcess, sidecar_check, wait_until
 
 XIDS_THEN_QUIET = H100_PCIE_NODE + """
 devices:
@@ -178,11 +178,6 @@ def test_a_full_disk_holds_events_fails_the_probe_and_loses_nothing(sidecar, cap
 def xids_at(*codes: int) -> str:
     faults = "".join(f"  - {{at: {10 * (n + 1)}, kind: xid, device: 0, xid: {code}}}\n" for n, code in enumerate(codes))
     return H100_PCIE_NODE + "devices:\n  - {model: h100, load: {utilization: 50}}\nfaults:\n" + faults
-
-
-def sidecar_check(socket_path: str) -> GpuMonitoringCheck:
-    instance = {"kubernetes": False, "source": "sidecar", "sidecar_socket": socket_path}
-    return GpuMonitoringCheck("gpu_monitoring", {}, [instance])
 
 
 def run_once(check: GpuMonitoringCheck) -> tuple:
