@@ -21,6 +21,9 @@ from gpu_monitoring.snapshot import Device, Event
 _INIT_CODE = re.compile(r"0x[0-9a-f]+:0x[0-9a-f]+:\d+", re.IGNORECASE)
 
 
+_REMEMBERED = ("gpu_uuid", "init_failed", "driver_loaded")
+
+
 @dataclass
 class KernelMemory:
     boot_id: Optional[str] = None
@@ -30,12 +33,13 @@ class KernelMemory:
 
     def learn(self, events: Iterable[Event], boot_id: Optional[str]) -> bool:
         """Take in a run's kernel events; whether anything changed (to keep)."""
+        told = [event for event in events if event.source == "kernel" and event.kind in _REMEMBERED]
+        if not told and (boot_id is None or boot_id == self.boot_id):
+            return False  # a steady run's
         before = asdict(self)
         if boot_id is not None and boot_id != self.boot_id:
             self.uuids, self.init_failures, self.driver_loaded, self.boot_id = {}, {}, 0.0, boot_id
-        for event in events:
-            if event.source != "kernel":
-                continue
+        for event in told:
             bus_id = nvml_bus_id(event.pci_bus_id) if event.pci_bus_id else None
             if event.kind == "gpu_uuid" and bus_id and event.device_uuid:
                 self.uuids[bus_id] = event.device_uuid

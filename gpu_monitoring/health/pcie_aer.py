@@ -5,9 +5,11 @@ Two records of them (kernel Documentation/PCI/pcieaer-howto.rst):
   function itself detected since boot, exact (node.pci reads their totals);
 - the kernel's log (drivers/pci/pcie/aer.c): a line per error message a root port received, naming the
   function that sent it. The kernel rate-limits these lines, so they can undercount.
-A function's count in a run is the growth of its sysfs totals where it has them, else its lines; and, in
-both cases, the lines of errors its parent port (the bridge directly above it in sysfs) detected:
-those are errors on the same link, which the function's own totals do not hold.
+A function's errors are counted in the run whose kernel lines tell of them: those it sent, and those its
+parent port (the bridge directly above it in sysfs) reported, which are errors on the same link. Its sysfs
+totals, read one run in node.AER_EVERY (the functions take turns), then add what the lines left out: their
+growth since the last read, less the lines of the function counted since. So a count is at once what the
+log told and, over a few runs, exact.
 """
 
 from collections import Counter
@@ -26,35 +28,42 @@ Counts = Dict[str, int]  # by severity
 
 
 class AerCounter:
-    """Counts each function's AER errors run after run; keeps the sysfs totals of the last run submitted."""
+    """Counts each function's AER errors run after run; keeps the sysfs totals last read of each function,
+    and its lines counted since, as of the last run submitted."""
 
     def __init__(self) -> None:
-        self._totals: Dict[str, Counts] = {}
-        self._read: Dict[str, Counts] = {}
+        self._kept: Dict[str, Tuple[Counts, Counts]] = {}  # by function: its totals, its lines counted since
+        self._next: Dict[str, Tuple[Counts, Counts]] = {}
 
     def count(self, node: Node, events: Iterable[Event]) -> Dict[str, Counts]:
         """The run's errors by function (PCI bus ID in NVML's form), GPUs' and NICs', only where there were any."""
-        functions = _functions(node)
         lines = _lines(events)
         found: Dict[str, Counts] = {}
-        totals: Dict[str, Counts] = {}
-        for bus_id, (totals_now, parent) in functions.items():
-            counts: Counter = Counter(lines.get(parent, {})) if parent else Counter()
-            if totals_now is None:
-                counts.update(lines.get(bus_id, {}))
-            else:
-                totals[bus_id] = totals_now
-                before = self._totals.get(bus_id, totals_now)
-                counts.update({s: totals_now.get(s, 0) - before.get(s, 0) for s in SEVERITIES
-                               if totals_now.get(s, 0) > before.get(s, 0)})
+        self._next = {}
+        for bus_id, (totals, parent) in _functions(node).items():
+            own = lines.get(bus_id, {})
+            counts = Counter(lines.get(parent, {})) + Counter(own) if parent else Counter(own)
+            counts.update(self._unlined(bus_id, totals, own))
             if counts:
                 found[bus_id] = dict(counts)
-        self._read = totals
         return found
 
+    def _unlined(self, bus_id: str, totals: Optional[Counts], own: Counts) -> Counts:
+        """What the function's sysfs totals, where read this run, hold beyond the lines counted since the last read."""
+        before, counted = self._kept.get(bus_id, (None, {}))
+        counted = dict(Counter(counted) + Counter(own))
+        if totals is None:  # not read this run, or the kernel has no such files
+            self._next[bus_id] = (before, counted) if before is not None else (None, {})
+            return {}
+        self._next[bus_id] = (totals, {})
+        if before is None:
+            return {}  # the first read: what came before this check started is not this run's
+        grown = {s: totals.get(s, 0) - before.get(s, 0) - counted.get(s, 0) for s in SEVERITIES}
+        return {s: n for s, n in grown.items() if n > 0}
+
     def commit(self) -> None:
-        """The run that counted was submitted: the next counts from its totals (a failed run's are counted again)."""
-        self._totals = self._read
+        """The run that counted was submitted: the next counts on from it (a failed run's are counted again)."""
+        self._kept = self._next
 
 
 def judge(health: Health, counts: Optional[Counts], what: str = "") -> None:

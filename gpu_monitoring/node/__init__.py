@@ -50,6 +50,24 @@ _AER_TOTAL = re.compile(rb"^TOTAL_ERR_[A-Z]+ (\d+)$", re.MULTILINE)
 PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
+# A function's AER totals are read one run in this many, the functions taking turns: the kernel's log tells
+# of an error at once, and the totals, read later, are exact (health.pcie_aer).
+AER_EVERY = 4
+
+
+class AerTurns:
+    """Which functions' AER totals a run reads: every function's on the first run, then a share in turn."""
+
+    def __init__(self) -> None:
+        self._run = -1
+
+    def next_run(self) -> None:
+        self._run += 1
+
+    def due(self, position: int) -> bool:
+        return self._run == 0 or position % AER_EVERY == self._run % AER_EVERY
+
+
 def aer_paths(function_directory: str) -> Tuple[Tuple[str, str], ...]:
     """(severity, its file) for a function's AER counters."""
     return tuple((severity, os.path.join(function_directory, name)) for severity, name in AER_FILES)

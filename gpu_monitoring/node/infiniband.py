@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import PCI_ADDRESS, aer_paths, parent_port, read_aer, read_count, read_value
+from gpu_monitoring.node import PCI_ADDRESS, AerTurns, aer_paths, parent_port, read_aer, read_count, read_value
 from gpu_monitoring.snapshot import NetworkPort
 
 INFINIBAND_DIRECTORY = ("class", "infiniband")
@@ -58,17 +58,18 @@ class _Fixed:
 class PortReader:
     """Reads the ports under one sysfs root, run after run.
 
-    Cost of a read: a listing of `class/infiniband`, then 3 reads, up to 7 counter reads and its NIC
-    function's 3 AER counter reads a port (a GPU node has 8 to 12 ports). A device's ports, their link
-    layer, network interface and PCI function are resolved only when the devices listed differ from the
-    last read's (a device appeared, went, or its driver was reloaded): a listing of each device's `ports`
-    and `device/net`, one read per interface and two resolved links.
+    Cost of a read: a listing of `class/infiniband`, then 3 reads and up to 7 counter reads a port (a GPU
+    node has 8 to 12 ports), and its NIC function's 3 AER counter reads one run in AER_EVERY. A device's
+    ports, their link layer, network interface and PCI function are resolved only when the devices listed
+    differ from the last read's (a device appeared, went, or its driver was reloaded): a listing of each
+    device's `ports` and `device/net`, one read per interface and two resolved links.
     """
 
     def __init__(self, sysfs_root: str) -> None:
         self._directory = os.path.join(sysfs_root, *INFINIBAND_DIRECTORY)
         self._devices: Optional[List[str]] = None
         self._fixed: Dict[PortKey, _Fixed] = {}
+        self._aer = AerTurns()
 
     def read(self) -> Optional[List[NetworkPort]]:
         """The ports, by device and port number; None where there is no `class/infiniband` to list
@@ -81,7 +82,9 @@ class PortReader:
             ports = self._list(devices)
             self._fixed = {key: self._resolve(key, ports) for key in ports}
             self._devices = devices
-        read = [self._read_port(key, fixed) for key, fixed in self._fixed.items()]
+        self._aer.next_run()
+        read = [self._read_port(key, fixed, self._aer.due(position))
+                for position, (key, fixed) in enumerate(self._fixed.items())]
         return [port for port in read if port is not None]
 
     def _list(self, devices: List[str]) -> List[PortKey]:
@@ -125,7 +128,7 @@ class PortReader:
             return names[0]
         return None
 
-    def _read_port(self, key: PortKey, fixed: _Fixed) -> Optional[NetworkPort]:
+    def _read_port(self, key: PortKey, fixed: _Fixed, aer_due: bool) -> Optional[NetworkPort]:
         directory = fixed.directory
         state = read_value(os.path.join(directory, "state"))
         if state is None and not os.path.isdir(directory):
@@ -146,7 +149,7 @@ class PortReader:
             counters=counters,
             pci_address=fixed.pci_address,
             parent=fixed.parent,
-            aer=read_aer(fixed.aer) if fixed.pci_address else None,
+            aer=read_aer(fixed.aer) if fixed.pci_address and aer_due else None,
         )
 
 

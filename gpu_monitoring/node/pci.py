@@ -8,7 +8,7 @@ which drivers/pci/pci-sysfs.c writes as "0x%04x" and "0x%06x" ("0x10de", "0x2330
 import os
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import SysfsUnavailable, aer_paths, parent_port, read_aer, read_value
+from gpu_monitoring.node import AerTurns, SysfsUnavailable, aer_paths, parent_port, read_aer, read_value
 from gpu_monitoring.snapshot import PciFunction
 
 DEVICES_DIRECTORY = ("bus", "pci", "devices")
@@ -28,12 +28,13 @@ class PciReader:
     A function's vendor, class, device ID and parent port are the hardware's: read once per function, the
     first time its address is listed. Cost of a run after that: one listing of the PCI device directory
     (a node has some 20 to 300 functions), a readlink of `driver` per NVIDIA function, since a driver
-    can be bound or unbound at any time, and a GPU's three AER counter files.
+    can be bound or unbound at any time, and a GPU's three AER counter files one run in AER_EVERY.
     """
 
     def __init__(self, sysfs_root: str) -> None:
         self._directory = os.path.join(sysfs_root, *DEVICES_DIRECTORY)
         self._identities: Dict[str, Optional[Identity]] = {}
+        self._aer = AerTurns()
 
     def read(self) -> List[PciFunction]:
         """The NVIDIA functions, by address. SysfsUnavailable where the PCI device directory cannot be
@@ -43,8 +44,11 @@ class PciReader:
         except OSError as e:
             raise SysfsUnavailable(f"cannot list {self._directory}: {e.strerror or e}") from e
         self._identities = {name: self._identity(name) for name in names}
-        functions = [self._function(name, identity) for name, identity in self._identities.items()
-                     if identity is not None and identity[0] == NVIDIA]
+        self._aer.next_run()
+        nvidia = sorted((name, identity) for name, identity in self._identities.items()
+                        if identity is not None and identity[0] == NVIDIA)
+        functions = [self._function(name, identity, self._aer.due(position))
+                     for position, (name, identity) in enumerate(nvidia)]
         return sorted((f for f in functions if f is not None), key=lambda f: f.address)
 
     def _identity(self, name: str) -> Optional[Identity]:
@@ -61,7 +65,7 @@ class PciReader:
             return None
         return vendor, class_code, _hex(read_value(os.path.join(path, "device"))), parent_port(path)
 
-    def _function(self, name: str, identity: Identity) -> Optional[PciFunction]:
+    def _function(self, name: str, identity: Identity, aer_due: bool) -> Optional[PciFunction]:
         path = os.path.join(self._directory, name)
         try:
             driver: Optional[str] = os.path.basename(os.readlink(os.path.join(path, "driver")))
@@ -73,7 +77,7 @@ class PciReader:
         _, class_code, device_id, parent = identity
         kind = _KINDS.get(class_code >> 8, "other")
         # A GPU's link errors are judged; an NVSwitch's and an audio function's are not read.
-        aer = read_aer(aer_paths(path)) if kind == "gpu" else None
+        aer = read_aer(aer_paths(path)) if kind == "gpu" and aer_due else None
         return PciFunction(name.lower(), class_code, kind, device_id, driver, parent, aer)
 
 
