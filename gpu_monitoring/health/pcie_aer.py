@@ -12,7 +12,6 @@ growth since the last read, less the lines of the function counted since. So a c
 log told and, over a few runs, exact.
 """
 
-from collections import Counter
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from gpu_monitoring.health.device_health import Health
@@ -32,8 +31,9 @@ class AerCounter:
     and its lines counted since, as of the last run submitted."""
 
     def __init__(self) -> None:
-        self._kept: Dict[str, Tuple[Counts, Counts]] = {}  # by function: its totals, its lines counted since
-        self._next: Dict[str, Tuple[Counts, Counts]] = {}
+        # By function: its totals last read, and its lines counted since.
+        self._kept: Dict[str, Tuple[Optional[Counts], Counts]] = {}
+        self._next: Dict[str, Tuple[Optional[Counts], Counts]] = {}
 
     def count(self, node: Node, events: Iterable[Event]) -> Dict[str, Counts]:
         """The run's errors by function (PCI bus ID in NVML's form), GPUs' and NICs', only where there were any."""
@@ -41,25 +41,24 @@ class AerCounter:
         found: Dict[str, Counts] = {}
         self._next = {}
         for bus_id, (totals, parent) in _functions(node).items():
-            own = lines.get(bus_id, {})
-            counts = Counter(lines.get(parent, {})) + Counter(own) if parent else Counter(own)
-            counts.update(self._unlined(bus_id, totals, own))
+            own = lines.get(bus_id)
+            counts = _sum(_sum(lines.get(parent) if parent else None, own), self._unlined(bus_id, totals, own))
             if counts:
-                found[bus_id] = dict(counts)
+                found[bus_id] = counts
         return found
 
-    def _unlined(self, bus_id: str, totals: Optional[Counts], own: Counts) -> Counts:
+    def _unlined(self, bus_id: str, totals: Optional[Counts], own: Optional[Counts]) -> Optional[Counts]:
         """What the function's sysfs totals, where read this run, hold beyond the lines counted since the last read."""
-        before, counted = self._kept.get(bus_id, (None, {}))
-        counted = dict(Counter(counted) + Counter(own))
+        before, counted = self._kept.get(bus_id, _NOTHING)
+        counted = _sum(counted, own) or {}
         if totals is None:  # not read this run, or the kernel has no such files
-            self._next[bus_id] = (before, counted) if before is not None else (None, {})
-            return {}
+            self._next[bus_id] = (before, counted) if before is not None else _NOTHING
+            return None
         self._next[bus_id] = (totals, {})
         if before is None:
-            return {}  # the first read: what came before this check started is not this run's
+            return None  # the first read: what came before this check started is not this run's
         grown = {s: totals.get(s, 0) - before.get(s, 0) - counted.get(s, 0) for s in SEVERITIES}
-        return {s: n for s, n in grown.items() if n > 0}
+        return {s: n for s, n in grown.items() if n > 0} or None
 
     def commit(self) -> None:
         """The run that counted was submitted: the next counts on from it (a failed run's are counted again)."""
@@ -84,6 +83,16 @@ def judge(health: Health, counts: Optional[Counts], what: str = "") -> None:
                                    "the link retrains or replays; check its seating, riser and cable")
 
 
+_NOTHING: Tuple[None, Counts] = (None, {})
+
+
+def _sum(one: Optional[Counts], other: Optional[Counts]) -> Optional[Counts]:
+    """Two counts added; None where both are none (a steady run's, for every function)."""
+    if not one or not other:
+        return one or other or None
+    return {s: one.get(s, 0) + other.get(s, 0) for s in SEVERITIES if one.get(s, 0) + other.get(s, 0)}
+
+
 def _errors(count: int, kind: str) -> str:
     return f"{count:,} {kind} PCIe error{'s' if count != 1 else ''} (AER)"
 
@@ -102,11 +111,12 @@ def _functions(node: Node) -> Dict[str, Tuple[Optional[Counts], Optional[str]]]:
 
 def _lines(events: Iterable[Event]) -> Dict[str, Counts]:
     """The kernel's AER lines of the run by the function that sent the error."""
-    lines: Dict[str, Counter] = {}
+    lines: Dict[str, Counts] = {}
     for event in events:
         if event.kind == "aer" and event.pci_bus_id and event.severity in SEVERITIES:
-            lines.setdefault(nvml_bus_id(event.pci_bus_id), Counter())[event.severity] += 1
-    return {bus_id: dict(counts) for bus_id, counts in lines.items()}
+            counts = lines.setdefault(nvml_bus_id(event.pci_bus_id), {})
+            counts[event.severity] = counts.get(event.severity, 0) + 1
+    return lines
 
 
 def _bus_id(address: Optional[str]) -> Optional[str]:

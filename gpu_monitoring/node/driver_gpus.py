@@ -12,6 +12,7 @@ A file reads, one fact a line ("Key: <tabs> value"):
     Device Minor:    2
 """
 
+import functools
 import logging
 import os
 import re
@@ -37,8 +38,10 @@ class DriverGpu:
     minor_number: Optional[int]
 
 
+@functools.lru_cache(maxsize=4096)
 def nvml_bus_id(text: str) -> Optional[str]:
-    """A PCI bus ID in NVML's form, from the driver's or NVML's; None if it is neither."""
+    """A PCI bus ID in NVML's form, from the driver's or NVML's; None if it is neither. Remembered: a node's
+    few dozen functions are asked after every run."""
     match = _BUS_ID.fullmatch(text.strip())
     if match is None:
         return None
