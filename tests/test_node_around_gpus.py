@@ -133,14 +133,22 @@ def _gpu3(check, aggregator):
 def test_without_nvml_the_node_is_still_judged_from_sysfs(tmp_path, aggregator):
     """A driver that brought up none of the GPUs: NVML cannot be read, and node.health says what the bus holds."""
     sysfs = materialize("hgx-h100-pci.txt", tmp_path / "sys")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "stat").write_text(f"btime {int(time.time()) - 3600}\n")
+    # The kernel's log says why one GPU never came up (as /dev/kmsg gives it; the driver prints at warning).
+    kernel_log = tmp_path / "kmsg"
+    kernel_log.write_text("4,0,5000000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07  Thu Jun  6 "
+                          "2024\n4,1,9000000,-;NVRM: GPU 0000:1b:00.0: RmInitAdapter failed! (0x25:0x65:1203)\n")
     check = GpuMonitoringCheck("gpu_monitoring", {}, [{
         "nvml_library_path": str(tmp_path / "libnvidia-ml.so.1"), "sysfs_root": str(sysfs),
-        "proc_root": str(tmp_path / "proc"), "expected_gpus": 9, "kubernetes": False,
+        "proc_root": str(tmp_path / "proc"), "expected_gpus": 9, "kubernetes": False, "kernel_log": str(kernel_log),
     }])
     assert check.run() == ""
     (nvml,) = aggregator.service_checks("gpu_monitoring.nvml.can_connect")
     assert nvml.status == AgentCheck.CRITICAL
     health = node_health(aggregator)
-    assert health.status == AgentCheck.CRITICAL and health.message == "9 GPUs expected, 8 found"
+    assert health.status == AgentCheck.CRITICAL and health.message == (
+        "0000:1b:00.0 is on the PCI bus; the driver failed to initialise it (RmInitAdapter failed! "
+        "0x25:0x65:1203); 9 GPUs expected, 8 found")
     assert aggregator.metrics("gpu_monitoring.node.gpus.pci")[0].value == 8
     assert aggregator.service_checks("gpu_monitoring.device.health") == []

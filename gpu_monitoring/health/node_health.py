@@ -180,7 +180,8 @@ def _gpus_on_bus(health: Health, snapshot: Snapshot, sysfs_root: str, nvml_read:
     for function in gpus:
         problem = _missing(function, in_driver, in_nvml)
         failure = init_failures.get(nvml_bus_id(function.address))
-        if problem and failure:
+        # The driver's own word, where NVML does not show the GPU up (or cannot be read) since it said it.
+        if failure and function.driver != PASSED_TO_VM and (problem or not nvml_read):
             problem = f"{function.address} is on the PCI bus; the driver failed to initialise it ({failure})"
         if problem:
             health.add(Status.CRITICAL, problem)
