@@ -49,6 +49,7 @@ def test_snapshot_events_and_health(sidecars):
     assert [e["detail"] for e in events["events"] if e["kind"] == "driver_loaded"] == ["550.90.07"]
     status, health = raw_request(sidecar.socket)
     assert status == 200 and health["status"] == "ok" and health["snapshots_served"] == 1
+    assert health["kernel_log"] == "ok"
 
 
 @pytest.mark.parametrize("target, status, says", [
@@ -277,3 +278,15 @@ def test_a_sidecar_restart_loses_and_duplicates_nothing(tmp_path, timeline, data
         assert page.journal_last_seq == 3
     finally:
         second.stop()
+
+
+def test_a_kernel_log_it_cannot_read_is_told_by_health_and_the_snapshot_not_readiness(sidecars, tmp_path):
+    sidecar = sidecars("legacy-driver", "--kernel-log", str(tmp_path / "no-kern.log"))
+    status, health = raw_request(sidecar.socket)
+    assert health["status"] == "ok" and "cannot read the kernel's log" in health["kernel_log"]
+    assert "--kernel-log to none" in health["kernel_log"]
+    status, snapshot = raw_request(sidecar.socket, target="/v1/snapshot")
+    assert "cannot read the kernel's log" in snapshot["snapshot"]["node"]["kernel_log_problem"]
+    (tmp_path / "off").mkdir()
+    off = sidecars("legacy-driver", "--kernel-log", "none", directory=tmp_path / "off")
+    assert raw_request(off.socket)[1]["kernel_log"] == "off"

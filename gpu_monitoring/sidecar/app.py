@@ -113,6 +113,8 @@ class Sidecar:
             "version": __version__,
             "nvml": "ok" if nvml is None else nvml,
             "events": "ok" if self.pump.problem is None else self.pump.problem,
+            # Not part of readiness: a log that cannot be read costs the node its record, not its snapshots.
+            "kernel_log": "off" if self.kernel is None else self.kernel.problem or "ok",
             "journal": "ok" if journal is None else f"cannot write: {journal}",
             "events_buffered": self.pump.buffered,
             "events_buffer_size": BUFFER_EVENTS,
