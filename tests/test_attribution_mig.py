@@ -133,3 +133,19 @@ def test_funnel(a100):
     effective = int(a100.values("utilization.gpu")[2] >= 50)
     assert funnel(a100) == {"total": 4, "allocated": 4, "active": 4, "effective": effective}
     assert effective == 1
+
+
+def test_every_mig_workload_is_as_busy_as_its_slice(node):
+    """NVML samples no process in MIG mode (nvmlDeviceGetProcessUtilization): a workload alone on a slice
+    is as busy as the slice's SM activity, which DCGM measures per GPU instance on an A100."""
+    a100 = node("a100-mig").run(2)
+    activity = {(t["gpu_index"], t["gpu_instance_id"]): stub.value
+                for stub in a100.series("sm_active") for t in [tag_dict(stub.tags)] if "gpu_instance_id" in t}
+    busy = {(t["gpu_index"], t["gpu_instance_id"]): stub.value
+            for stub in a100.series("workload.sm_utilization") for t in [tag_dict(stub.tags)]
+            if "gpu_instance_id" in t}
+    held = {(str(gpu), str(instance)) for (gpu, instance) in INSTANCES}
+    assert held <= set(busy), sorted(held - set(busy))
+    assert all(busy[key] == pytest.approx(activity[key]) for key in held)
+    # The slice a pod holds idle is measured idle, not unknown.
+    assert busy[("1", "11")] == 0

@@ -53,7 +53,7 @@ def _target_workloads(target: Target, claims: Claims, owners: ProcessOwners, on_
         share = _share(claims, holder_key, len(holders), on_kubernetes)
         processes = users.get(holder_key, (holder, []))[1]
         found.append(_workload(target.key, holder, share * fraction, processes, activity and activity[0],
-                               claims.claims_of(holder_key)))
+                               claims.claims_of(holder_key), sole=len(holders) == 1))
     return found
 
 
@@ -123,11 +123,15 @@ def _workload(
     processes: List[Process],
     activity: Optional[float],
     dra_claims: List[ClaimRef],
+    sole: bool = False,
 ) -> Workload:
-    """`activity`: the target's SM (else graphics-engine) activity where GPM or DCGM measured it."""
+    """`activity`: the target's SM (else graphics-engine) activity where GPM or DCGM measured it; `sole`:
+    the holder is the target's only one."""
     sm_known = [p.sm_utilization for p in processes if p.sm_utilization is not None]
-    # No process at all ran nothing; processes on a device without per-process sampling: unknown.
-    sm = sum(sm_known) if sm_known or not processes else None
+    # No process at all ran nothing. Processes NVML gives no samples of (a MIG instance's: per-process
+    # utilization is not supported in MIG mode, nvml.h nvmlDeviceGetProcessUtilization) ran what their
+    # target's measured activity says, where they are its only holder's; otherwise: unknown.
+    sm = sum(sm_known) if sm_known or not processes else (activity if sole else None)
     limit = holder.env.get(MPS_THREAD_PERCENTAGE)
     return Workload(
         target=target,
