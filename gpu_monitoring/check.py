@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Un
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
 
-from gpu_monitoring.attribution import Attribution, PriceOf, attribute, hourly_price
+from gpu_monitoring.attribution import Attribution, DeviceView, PriceOf, attribute, hourly_price
 from gpu_monitoring.config.derived import Derived, derive
 from gpu_monitoring.config_models import ConfigMixin
 from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.outcome import state_of
 from gpu_monitoring.deps import require
 from gpu_monitoring.health import device_health as health
-from gpu_monitoring.health import pcie_aer
+from gpu_monitoring.health import pcie_aer, zombie_memory
 from gpu_monitoring.health.held_verdicts import HeldVerdicts
 from gpu_monitoring.health.kernel_memory import KernelMemory
 from gpu_monitoring.health.node_health import AER_SERIES, NodeJudge
@@ -177,9 +177,10 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self._kernel_record(snapshot)
         pods = self._pods(snapshot.allocations)
         self._read_dcgm(snapshot, pods)
-        attribution = attribute(snapshot, pods, self.config.effective_threshold, self.price_of)
+        attribution = attribute(snapshot, pods, self.config.effective_threshold, self.price_of,
+                                self.derived.expected_gpus)
         aer = self._aer.count(snapshot.node, snapshot.events)
-        healths = {d.index: self._health(d, snapshot, attribution.devices[d.index].offered, aer)
+        healths = {d.index: self._health(d, snapshot, attribution.devices[d.index], aer)
                    for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution, self._node(snapshot, aer=aer))
         self._submitted()
@@ -397,11 +398,13 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
             self._held.forget_others(d.uuid for d in snapshot.devices if d.uuid)
         return NodeReport(verdict, self.derived.expected_gpus, self._held.held_count, self._held.escalated_count)
 
-    def _health(self, device: Device, snapshot: Snapshot, offered: Optional[bool],
+    def _health(self, device: Device, snapshot: Snapshot, view: DeviceView,
                 aer: Dict[str, Counts]) -> health.Health:
         """This run's verdict on the GPU, with what is held of earlier ones (held from the snapshot's time,
-        or a kernel XID's own), and the PCIe AER errors of its link, which its series carry too."""
-        found = self._judge(device, snapshot, offered)
+        or a kernel XID's own), the PCIe AER errors of its link, which its series carry too, and memory
+        left held by processes whose owner is gone."""
+        found = self._judge(device, snapshot, view.offered)
+        zombie_memory.judge(found, view.zombies, view.shares.held)
         errors = aer.get(nvml_bus_id(device.pci_bus_id or "") or "")
         pcie_aer.judge(found, errors)
         device.metrics.update({AER_SERIES[severity]: count for severity, count in (errors or {}).items()})

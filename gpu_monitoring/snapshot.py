@@ -64,6 +64,11 @@ class Process:
     encoder_utilization: Optional[float] = None
     decoder_utilization: Optional[float] = None
     slurm: Optional[SlurmJob] = None
+    # The host's path of the cgroup of the process's workload (its container's, or its Slurm job's),
+    # relative to the cgroup mount; None for the host's own processes or where it cannot be read.
+    cgroup: Optional[str] = None
+    # The process's state letter in `/proc/<pid>/stat` this run (R, S, D, Z...), where it was read.
+    state: Optional[str] = None
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any]) -> "Process":
@@ -235,6 +240,29 @@ class NetworkPort:
 
 
 @dataclass
+class CgroupUse:
+    """What a workload's cgroup showed between the last run and this one (node.cgroups): the share of
+    its CPU periods that were throttled (%), the CPU it used (cores), its CPU quota (cores; None when
+    unbounded), and PSI's `some avg10` for IO and memory (%; None on cgroup v1 or where PSI is off)."""
+
+    version: int
+    throttled: Optional[float] = None
+    usage_cores: Optional[float] = None
+    quota_cores: Optional[float] = None
+    io_pressure: Optional[float] = None
+    memory_pressure: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SlurmAllocation:
+    """A Slurm job running on this node and the GPUs Slurm gave it, by NVML minor number (node.slurm_jobs),
+    whether or not any of its processes runs on them."""
+
+    job: SlurmJob
+    gpu_minors: List[int] = field(default_factory=list)
+
+
+@dataclass
 class Node:
     driver_version: Optional[str] = None
     nvml_version: Optional[str] = None
@@ -256,6 +284,12 @@ class Node:
     # When the node around the GPUs was read, in seconds on the clock its counters follow (the host's;
     # a simulated node's own): the ports' rates are taken over it.
     read_at: Optional[float] = None
+    # The cgroups of the workloads running GPU processes, by host path (Process.cgroup); None where
+    # the host's cgroup tree cannot be read. The host's CPU cores, for a workload with no CPU quota.
+    cgroups: Optional[Dict[str, CgroupUse]] = None
+    cpu_cores: Optional[int] = None
+    # The Slurm jobs on the node with the GPUs each was given; None on a node without Slurm.
+    slurm_allocations: Optional[List[SlurmAllocation]] = None
 
 
 @dataclass

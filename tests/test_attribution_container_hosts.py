@@ -23,6 +23,7 @@ HOST_SESSION = "0::/user.slice/user-1000.slice/session-3.scope"
 CONTAINERS = {41021: DOCKER, 41022: DOCKER, 52310: PODMAN, 60211: NERDCTL, 60388: NERDCTL, 71002: None,
               80417: CONTAINERD}
 GPUS = {0: DOCKER, 1: DOCKER, 2: PODMAN, 3: NERDCTL, 6: CONTAINERD}
+HOST_GPU = 4  # where 71002, in a login session, runs
 
 
 @pytest.fixture
@@ -47,7 +48,9 @@ def test_processes_and_workloads_carry_their_container(container_host):
     assert {pid: pod_tags(stub.tags) for pid, stub in by_pid.items()} == {
         pid: {"container_id": container} if container else {} for pid, container in CONTAINERS.items()
     }
-    assert _by_container(container_host, "workload.gpus") == {(index, cid): 1.0 for index, cid in GPUS.items()}
+    # The host's own process is a workload too, without a container's tags: its GPU's hours are spent.
+    assert _by_container(container_host, "workload.gpus") == {
+        **{(index, cid): 1.0 for index, cid in GPUS.items()}, (HOST_GPU, None): 1.0}
     assert funnel(container_host)["allocated"] == len(GPUS) + 1  # the host process's GPU runs compute too
 
 

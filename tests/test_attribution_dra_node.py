@@ -45,9 +45,10 @@ def test_the_funnel_counts_every_gpu_nvml_sees_as_allocatable(dra):
     assert funnel(dra)["total"] == 8 and funnel(dra)["allocated"] == 7
 
 
-def test_idle_cost_falls_on_the_unclaimed_gpu_only(dra):
+def test_idle_cost_falls_on_the_unclaimed_gpu_and_slices_only(dra):
     idle = {index: value for index, value in dra.values("cost.idle_hourly").items() if value}
-    assert idle == {6: PRICE}
+    # GPU 3 is MIG: jupyter-alice holds one slice of seven, the other six are nobody's.
+    assert idle == {6: PRICE, 3: pytest.approx(PRICE * 6 / 7)}
     charged = {tag_dict(s.tags)["pod_name"]: s.value for s in dra.series("workload.cost.hourly")}
     assert charged["llm-pretrain-0"] == pytest.approx(PRICE)  # per GPU series: two of them
     assert charged["jupyter-alice"] == pytest.approx(PRICE / 7)

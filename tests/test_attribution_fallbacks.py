@@ -90,7 +90,7 @@ def test_off_kubernetes(node, host_proc_root, aggregator):
             assert pod_tags(stub.tags) == {}, (name, stub.tags)
     by_pid = processes(dgx, "process.memory.used")
     assert {pid: tag_dict(stub.tags)["process_name"] for pid, stub in by_pid.items()} == NAMES
-    # No container runs anything: no workload series.
-    assert dgx.series("workload.gpus") == []
+    # No container runs anything: the host's own processes are the workloads, with no container's tags.
+    assert dgx.values("workload.gpus") == dict.fromkeys(RUNNING, 1.0)
     assert dgx.values("cost.idle_hourly") == {i: 0.0 if i in RUNNING else 4.0 for i in range(8)}
     assert dgx.check.warnings == []

@@ -115,8 +115,13 @@ def test_held_instances_carry_their_pod_and_parents_none(a100):
 
 def test_costs(a100):
     assert a100.values("cost.hourly") == dict.fromkeys(range(4), A100_PRICE)
-    # Every GPU does some work (the idle triton-4 instance does not make GPU 1 idle as a whole).
-    assert a100.values("cost.idle_hourly") == dict.fromkeys(range(4), 0.0)
+    # A MIG GPU's idle cost is its free slices' and its idle holders' (triton-4 on GPU 1), by their slices.
+    idle_slices = dict.fromkeys(range(4), 0)
+    for gpu, _ in FREE_INSTANCES:
+        idle_slices[gpu] += 1
+    for (gpu, _), held in INSTANCES.items():
+        idle_slices[gpu] += SLICES[held[3]] if held[4] else 0
+    assert a100.values("cost.idle_hourly") == pytest.approx({gpu: A100_PRICE * n / 7 for gpu, n in idle_slices.items()})
     cost = instance_workloads(a100, "workload.cost.hourly")
     assert cost == pytest.approx(
         {(gpu, gi, held[0]): A100_PRICE * SLICES[held[3]] / 7 for (gpu, gi), held in INSTANCES.items()})

@@ -2,9 +2,12 @@
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from gpu_monitoring.attribution.activity import ACTIVITY_METRICS, UTILIZATION, activity_level
+from gpu_monitoring.attribution.capacity import GpuShares, PriceOf, Unusable, shares, unusable
+from gpu_monitoring.attribution.claims import Claimed
+from gpu_monitoring.attribution.workloads import Workload
 from gpu_monitoring.metrics.names import (
     FLEET_DEVICES_ACTIVE,
     FLEET_DEVICES_ALLOCATABLE,
@@ -13,7 +16,7 @@ from gpu_monitoring.metrics.names import (
     FLEET_DEVICES_TOTAL,
     UTILIZATION_GPU,
 )
-from gpu_monitoring.snapshot import Device
+from gpu_monitoring.snapshot import Device, Snapshot
 
 FunnelKey = Tuple[Optional[str], str]  # (GPU model, basis)
 # The funnel's stages in order, and the metric that counts each.
@@ -24,7 +27,6 @@ STAGES = {
     "active": FLEET_DEVICES_ACTIVE,
     "effective": FLEET_DEVICES_EFFECTIVE,
 }
-PriceOf = Callable[[Optional[str]], Optional[float]]  # a GPU model's price per hour, where one is configured
 
 
 @dataclass
@@ -40,15 +42,19 @@ class Fleet:
     states: Dict[int, DeviceState]
     prices: Dict[int, Optional[float]]  # US$ per hour of each GPU, where configured
     funnel: Dict[FunnelKey, Dict[str, int]]  # counts by (GPU model, activity basis)
+    shares: Dict[int, GpuShares]  # what each GPU's workloads hold of it, and what nobody holds
+    unusable: List[Unusable]  # GPUs the node has and cannot use
 
 
 def fleet(
-    devices: List[Device], allocated: Set[int], allocatable: Optional[Dict[int, bool]], effective_threshold: float,
-    price_of: PriceOf,
+    snapshot: Snapshot, claimed: Claimed, found: List[Workload], effective_threshold: float, price_of: PriceOf,
+    expected_gpus: Optional[int] = None,
 ) -> Fleet:
-    states = {d.index: device_state(d, d.index in allocated, effective_threshold) for d in devices}
+    devices = snapshot.devices
+    states = {d.index: device_state(d, d.index in claimed.allocated, effective_threshold) for d in devices}
     prices = {d.index: price_of(d.name) for d in devices}
-    return Fleet(states, prices, funnel(devices, states, allocatable))
+    return Fleet(states, prices, funnel(devices, states, claimed.allocatable), shares(devices, found),
+                 unusable(snapshot, expected_gpus, price_of))
 
 
 def busy(device: Device) -> bool:

@@ -21,6 +21,7 @@ class Holder:
     pod_uid: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)
     slurm: Optional[SlurmJob] = None  # a Slurm job holds it: the job's tags, not a container's
+    phase: Optional[str] = None  # the pod's phase, where the kubelet lists it
 
     def tags(self, tagger: Tagger) -> List[str]:
         """The Agent tagger's tags when it knows the container (they carry the user's pod-label
@@ -75,6 +76,7 @@ class PodDirectory:
             container_id=container.container_id,
             pod_uid=pod.uid,
             env=dict(container.env),
+            phase=pod.phase,
         )
 
     def for_process(self, process: Process) -> Optional[Holder]:
@@ -96,6 +98,7 @@ class PodDirectory:
             container_id=container.container_id,
             pod_uid=pod.uid,
             env=dict(container.env),
+            phase=pod.phase,
         )
 
 

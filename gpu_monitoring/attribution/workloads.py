@@ -9,9 +9,10 @@ from gpu_monitoring.attribution.claims import Claimed, ClaimRef, Claims
 from gpu_monitoring.attribution.holders import Holder, HolderKey
 from gpu_monitoring.attribution.owners import ProcessOwners
 from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server
-from gpu_monitoring.snapshot import Device, MigInstance, Process
+from gpu_monitoring.snapshot import CgroupUse, Device, MigInstance, Process
 
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+HOST_KEY: HolderKey = ("host",)  # the host's own processes, in no container or job
 _SLICES = re.compile(r"^(\d+)g\.")
 
 
@@ -25,6 +26,11 @@ class Workload:
     sm_limit: Optional[float]
     idle: bool
     dra_claims: List[ClaimRef] = field(default_factory=list)  # the DRA claims the holder holds the target by
+    processes: List[Process] = field(default_factory=list)  # the holder's processes on the target
+    # What the holder's cgroup showed over the interval, and why it is idle or below effective_threshold
+    # (idle_reasons); None where it is neither.
+    cpu: Optional[CgroupUse] = None
+    idle_reason: Optional[str] = None
 
 
 @dataclass
@@ -42,7 +48,7 @@ def workloads(held: List[Target], claimed: Claimed, owners: ProcessOwners) -> Wo
 
 
 def _target_workloads(target: Target, claims: Claims, owners: ProcessOwners, on_kubernetes: bool) -> List[Workload]:
-    users = _adopt(_users(target, owners), claims)
+    users = _adopt(_users(target, owners, on_kubernetes), claims)
     holders = dict(claims.holders)
     for holder_key, (holder, _) in users.items():
         holders.setdefault(holder_key, holder)
@@ -76,8 +82,7 @@ def _exclusive_holders(
 
 def _owners_of(target: Target, owners: ProcessOwners) -> Set[HolderKey]:
     """Who runs the target's processes, by their own cgroups; the MPS server serves its clients."""
-    host: HolderKey = ("host",)
-    return {owners[(target.key, p.pid)].key if (target.key, p.pid) in owners else host
+    return {owners[(target.key, p.pid)].key if (target.key, p.pid) in owners else HOST_KEY
             for p in target.processes if not is_mps_server(p)}
 
 
@@ -106,11 +111,13 @@ def _share(claims: Claims, key: HolderKey, holders: int, on_kubernetes: bool) ->
     return 1.0 / holders
 
 
-def _users(target: Target, owners: ProcessOwners) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
-    """Containers running processes on a target; the MPS server works for its clients, not as a workload."""
+def _users(target: Target, owners: ProcessOwners, on_kubernetes: bool) -> Dict[HolderKey, Tuple[Holder, List[Process]]]:
+    """Containers and jobs running processes on a target; the MPS server works for its clients, not as a
+    workload. Off Kubernetes the host's own processes use what they run on like any workload: a node
+    running its jobs outside containers spends its GPU-hours on them, not on capacity nobody holds."""
     users: Dict[HolderKey, Tuple[Holder, List[Process]]] = {}
     for process in target.processes:
-        holder = owners.get((target.key, process.pid))
+        holder = owners.get((target.key, process.pid)) or (None if on_kubernetes else Holder(HOST_KEY))
         if holder is not None and not is_mps_server(process):
             users.setdefault(holder.key, (holder, []))[1].append(process)
     return users
@@ -145,6 +152,7 @@ def _workload(
         # processes have no samples of their own; a process can sit on a GPU that does nothing).
         idle=not processes or (sm is not None and sm == 0) or activity == 0,
         dra_claims=dra_claims,
+        processes=processes,
     )
 
 

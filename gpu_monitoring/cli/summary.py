@@ -17,13 +17,19 @@ from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import (
     COST_HOURLY,
     COST_IDLE_HOURLY,
+    FLEET_COST_UNALLOCATED_HOURLY,
+    FLEET_COST_UNUSABLE_HOURLY,
     FLEET_DEVICES_TOTAL,
+    FLEET_DEVICES_UNUSABLE,
     MEMORY_TOTAL,
     MEMORY_USED,
     UTILIZATION_GPU,
     WORKLOAD_COST_HOURLY,
     WORKLOAD_COST_IDLE_HOURLY,
+    WORKLOAD_CPU_THROTTLED,
+    WORKLOAD_CPU_USAGE,
     WORKLOAD_GPUS,
+    WORKLOAD_IDLE,
 )
 from gpu_monitoring.metrics.units import human
 
@@ -42,8 +48,12 @@ def summarize(report: Dict[str, Any]) -> Summary:
         "gpus": _gpus(metrics, report["service_checks"]),
         "funnel": {stage: _total(metrics, metric) for stage, metric in STAGES.items()},
         "activity_sources": _activity_sources(metrics),
-        "cost": {"hourly": _total(metrics, COST_HOURLY), "idle_hourly": _total(metrics, COST_IDLE_HOURLY)},
+        "cost": {"hourly": _total(metrics, COST_HOURLY), "idle_hourly": _total(metrics, COST_IDLE_HOURLY),
+                 "unallocated_hourly": _total(metrics, FLEET_COST_UNALLOCATED_HOURLY),
+                 "unusable_hourly": _total(metrics, FLEET_COST_UNUSABLE_HOURLY)},
+        "unusable": _total(metrics, FLEET_DEVICES_UNUSABLE),
         "workloads": _workloads(metrics),
+        "idle_workloads": _idle_workloads(metrics),
         "application_xids": _application_xids(report.get("xids", [])),
         "service_checks_not_ok": [check for check in report["service_checks"] if check["status"] != Status.OK.name],
     }
@@ -59,6 +69,7 @@ def summary_lines(report: Dict[str, Any], width: Optional[int] = None) -> List[s
         *run_by_run.change_lines(report, width),
         *run_by_run.event_lines(report, width),
         *_workload_lines(summary["workloads"]),
+        *_idle_lines(summary["idle_workloads"], width),
         *_application_xid_lines(summary["application_xids"], width),
     ]
 
@@ -86,6 +97,28 @@ def _workloads(metrics: List[dict]) -> List[dict]:
             totals[_who(_tags(series))][position] += series["value"]
     return [{"workload": who, "gpus": gpus, "cost_hourly": hourly, "cost_idle_hourly": idle}
             for who, (gpus, hourly, idle) in sorted(totals.items()) if hourly or idle]
+
+
+def _idle_workloads(metrics: List[dict]) -> List[dict]:
+    """Each workload idle or below effective_threshold, by reason: the GPUs it holds so, and its CPU figures."""
+    figures = {name: _by_series(metrics, name) for name in (WORKLOAD_GPUS, WORKLOAD_CPU_THROTTLED, WORKLOAD_CPU_USAGE)}
+    rows: Dict[Tuple[str, str, bool], Dict[str, Any]] = {}
+    for series in _series(metrics, WORKLOAD_IDLE):
+        tags = _tags(series)
+        if "idle_reason" not in tags:
+            continue
+        key = tuple(t for t in series["tags"] if not t.startswith("idle_reason:"))
+        row = rows.setdefault((_who(tags), tags["idle_reason"], bool(series["value"])),
+                              {"gpus": 0.0, "cpu_throttled": None, "cpu_usage": None})
+        row["gpus"] += figures[WORKLOAD_GPUS].get(key, 0.0)
+        for name in (WORKLOAD_CPU_THROTTLED, WORKLOAD_CPU_USAGE):
+            if key in figures[name]:
+                row[name.replace("workload.", "").replace(".", "_")] = figures[name][key]
+    return [dict(row, workload=who, reason=reason, idle=idle) for (who, reason, idle), row in sorted(rows.items())]
+
+
+def _by_series(metrics: List[dict], name: str) -> Dict[Tuple[str, ...], float]:
+    return {tuple(series["tags"]): series["value"] for series in _series(metrics, name)}
 
 
 def _application_xids(xids: List[dict]) -> List[dict]:
@@ -128,7 +161,9 @@ def _who(tags: Dict[str, str]) -> str:
     if "slurm_job_id" in tags:
         name = tags.get("slurm_job_name")
         return f"slurm job {tags['slurm_job_id']}" + (f" ({name})" if name else "")
-    return f"container {tags.get('container_id', '?')[:12]}"
+    if "container_id" in tags:
+        return f"container {tags['container_id'][:12]}"
+    return "host processes"  # off Kubernetes, processes in no container or job
 
 
 def _per_gpu(metrics: List[dict], name: str) -> Dict[str, float]:
@@ -194,12 +229,21 @@ def _gpu_lines(gpus: List[dict], width: Optional[int]) -> List[str]:
 
 def _node_line(summary: Summary) -> str:
     funnel = {stage: "-" if value is None else f"{value:.0f}" for stage, value in summary["funnel"].items()}
-    counts = (f"{funnel['total']} GPUs: {funnel['allocated']} allocated, {funnel['active']} active, "
+    unusable = summary["unusable"] or 0
+    usable = f"{funnel['total']} of {summary['funnel']['total'] + unusable:.0f} GPUs usable" if unusable else \
+        f"{funnel['total']} GPUs"
+    counts = (f"{usable}: {funnel['allocated']} allocated, {funnel['active']} active, "
               f"{funnel['effective']} effective{_basis(summary['activity_sources'])}")
     cost = summary["cost"]
     if cost["hourly"] is None:
         return f"Node: {counts}; {NO_PRICE}"
-    return f"Node: {counts}; cost {_money(cost['hourly'])}, idle {_money(cost['idle_hourly'])}"
+    unallocated = cost["unallocated_hourly"]
+    line = f"Node: {counts}; cost {_money(cost['hourly'])}, idle {_money(cost['idle_hourly'])}"
+    if unallocated:
+        line += f" (unallocated {_money(unallocated)})"
+    if unusable:
+        line += f"; unusable {_money(cost['unusable_hourly'])}"
+    return line
 
 
 def _basis(sources: Dict[str, float]) -> str:
@@ -227,6 +271,38 @@ def _workload_lines(workloads: List[dict]) -> List[str]:
             for w in workloads]
     header = _WORKLOAD_ROW.format("workload", "GPUs", "cost", "idle cost")
     return [f"\n=== Workload cost ({len(workloads)}) ===", header, *rows]
+
+
+# What each idle reason means, in the words of the one line a workload gets.
+_REASON_TEXT = {
+    "no_process": "holds it and runs no process on it",
+    "cpu_throttled": "its CPU is throttled",
+    "cpu_saturated": "its CPU is saturated",
+    "io_wait": "its processes stall on IO (PSI)",
+    "memory_pressure": "its processes stall on memory (PSI)",
+    "zombie": "processes whose owner is gone hold memory on its GPU",
+    "unknown": "its processes and cgroup show no cause",
+}
+
+
+def _idle_lines(rows: List[dict], width: Optional[int]) -> List[str]:
+    if not rows:
+        return []
+    lines = [f"\n=== Why held GPUs idle ({len(rows)}) ==="]
+    for row in rows:
+        state = "idle" if row["idle"] else "below threshold"
+        lines += fit(f"{row['workload']:<40} {row['gpus']:>5.3g} GPU  {state:<15}  {row['reason']}: "
+                     f"{_reason_text(row)}", width, 40 + 1 + 5 + 6 + 15 + 2)
+    return lines
+
+
+def _reason_text(row: dict) -> str:
+    text = _REASON_TEXT.get(row["reason"], row["reason"])
+    if row["reason"] == "cpu_throttled" and row["cpu_throttled"] is not None:
+        text = f"throttled in {row['cpu_throttled']:.0f} % of CPU periods"
+    if row["reason"] in ("cpu_throttled", "cpu_saturated") and row["cpu_usage"] is not None:
+        text += f" at {row['cpu_usage']:.1f} cores"
+    return text
 
 
 def _application_xid_lines(xids: List[dict], width: Optional[int]) -> List[str]:

@@ -33,12 +33,11 @@ from gpu_monitoring.metrics.names import (
     PCIE_AER_NONFATAL,
 )
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
+from gpu_monitoring.node.pci import NVIDIA_DRIVER, PASSED_TO_VM
 from gpu_monitoring.snapshot import NetworkPort, PciFunction, Snapshot
 
 log = logging.getLogger(__name__)
 
-PASSED_TO_VM = "vfio-pci"
-NVIDIA_DRIVER = "nvidia"
 # One 400 Gb/s compute port per GPU in NVIDIA's reference systems: DGX/HGX H100 and H200 and DGX B200
 # have eight single-port ConnectX-7 for the compute fabric (DGX H100/H200 and DGX B200 user guides,
 # "Network ports"), a DGX GB200 compute tray four for its four GPUs (DGX GB200 user guide, "Compute

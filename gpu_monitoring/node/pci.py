@@ -17,6 +17,9 @@ NVIDIA = 0x10DE
 # SIG's code and ID assignment specification numbers them: 03/00 VGA and 03/02 3D controllers are
 # GPUs, 06/80 "other bridge" is how an NVSwitch presents itself, 04/03 is an HD Audio function.
 _KINDS = {0x0300: "gpu", 0x0302: "gpu", 0x0680: "nvswitch", 0x0403: "audio"}
+# The driver a GPU handed to a virtual machine is bound to, and the one a GPU of this host's runs on.
+PASSED_TO_VM = "vfio-pci"
+NVIDIA_DRIVER = "nvidia"
 
 
 Identity = Tuple[int, Optional[int], Optional[int], Optional[str]]  # vendor, class code, device ID, parent port

@@ -8,21 +8,29 @@ from typing import AbstractSet, Callable, Dict, List, Optional, Set, Union
 
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.attribution import Attribution, Holder, Tagger
+from gpu_monitoring.attribution import Attribution, Holder, Tagger, Workload
 from gpu_monitoring.attribution.fleet import STAGES
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.metrics.names import (
     COST_HOURLY,
     COST_IDLE_HOURLY,
     DEVICES_COUNT,
+    FLEET_CAPACITY_UNALLOCATED,
+    FLEET_COST_UNALLOCATED_HOURLY,
+    FLEET_COST_UNUSABLE_HOURLY,
+    FLEET_DEVICES_UNUSABLE,
     PROCESS_DECODER_UTILIZATION,
     PROCESS_ENCODER_UTILIZATION,
     PROCESS_MEMORY_USED,
     PROCESS_MEMORY_UTILIZATION,
     PROCESS_SM_UTILIZATION,
     PROCESSES_OMITTED,
+    PROCESSES_ZOMBIE,
+    PROCESSES_ZOMBIE_MEMORY,
     WORKLOAD_COST_HOURLY,
     WORKLOAD_COST_IDLE_HOURLY,
+    WORKLOAD_CPU_THROTTLED,
+    WORKLOAD_CPU_USAGE,
     WORKLOAD_GPUS,
     WORKLOAD_IDLE,
     WORKLOAD_MEMORY_USED,
@@ -101,6 +109,7 @@ class Submitter:
             held_tags.update(held)
         self._workloads(attribution, own_tags)
         self._fleet(attribution)
+        self._capacity(snapshot, attribution)
         # A GPU's own tags, not its holder's: pods coming and going make no new inventory series.
         submit_inventory(self.send, snapshot, self.base_tags,
                          {device.index: own_tags[(device.index, None)] for device in snapshot.devices})
@@ -127,6 +136,8 @@ class Submitter:
         tags = self._held(own, view.holders.get((device.index, None)))
         self._target_metrics(device, tags)
         self._cost(view, tags)
+        self.send(PROCESSES_ZOMBIE, len(view.zombies), tags)
+        self.send(PROCESSES_ZOMBIE_MEMORY, sum(zombie.memory for zombie in view.zombies), tags)
         self.check.service_check(HEALTH_CHECK, health.status, tags=tags, message=health.message or None)
         owns, helds = {(device.index, None): own}, {(device.index, None): tags}
         if not device.mig_instances:
@@ -195,26 +206,18 @@ class Submitter:
         if view.price is None:
             return
         self.send(COST_HOURLY, view.price, tags)
-        self.send(COST_IDLE_HOURLY, 0.0 if view.state.active else view.price, tags)
+        self.send(COST_IDLE_HOURLY, view.price * view.shares.idle, tags)
 
     def _workloads(self, attribution: Attribution, target_tags: dict) -> None:
         for workload in attribution.workloads:
             tags = merge(target_tags.get(workload.target, self.base_tags), self._holder_tags(workload.holder),
                          claim_tags(workload.dra_claims))
-            values = {
-                WORKLOAD_GPUS: workload.gpus,
-                WORKLOAD_MEMORY_USED: workload.memory_used,
-                WORKLOAD_SM_UTILIZATION: workload.sm_utilization,
-                WORKLOAD_SM_LIMIT: workload.sm_limit,
-                WORKLOAD_IDLE: int(workload.idle),
-            }
+            # Why it idles, on the series that say it does and what that costs: idle cost by reason.
+            idle_tags = tags + [f"idle_reason:{workload.idle_reason}"] if workload.idle_reason else tags
             price = attribution.devices[workload.target[0]].price
-            if price is not None:
-                values[WORKLOAD_COST_HOURLY] = price * workload.gpus
-                values[WORKLOAD_COST_IDLE_HOURLY] = price * workload.gpus if workload.idle else 0.0
-            for name, value in values.items():
+            for name, value, series_tags in _workload_values(workload, price, tags, idle_tags):
                 if value is not None:
-                    self.send(name, value, tags)
+                    self.send(name, value, series_tags)
 
     def _fleet(self, attribution: Attribution) -> None:
         for (model, basis), counts in attribution.funnel.items():
@@ -223,6 +226,40 @@ class Submitter:
             tags = merge(self.base_tags, model_tags, [f"activity_source:{basis}"])
             for stage, count in counts.items():
                 self.send(STAGES[stage], count, tags)
+
+    def _capacity(self, snapshot: Snapshot, attribution: Attribution) -> None:
+        """By model: the capacity no workload holds and the GPUs the node cannot use, with their price where
+        the model has one (one price a model). Zeros are sent too: a monitor on them sees a node that is fine."""
+        models = {device.name for device in snapshot.devices} | {gpu.model for gpu in attribution.unusable}
+        for model in models:
+            tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
+            views = [attribution.devices[d.index] for d in snapshot.devices if d.name == model]
+            unusable = [gpu for gpu in attribution.unusable if gpu.model == model]
+            unallocated = sum(view.shares.unallocated for view in views)
+            self.send(FLEET_CAPACITY_UNALLOCATED, unallocated, tags)
+            self.send(FLEET_DEVICES_UNUSABLE, len(unusable), tags)
+            price = next((p for p in [v.price for v in views] + [g.price for g in unusable] if p is not None), None)
+            if price is not None:
+                self.send(FLEET_COST_UNALLOCATED_HOURLY, price * unallocated, tags)
+                self.send(FLEET_COST_UNUSABLE_HOURLY, price * len(unusable), tags)
+
+
+def _workload_values(workload: Workload, price: Optional[float], tags: List[str], idle_tags: List[str]) -> List[tuple]:
+    """(metric, value, tags) of a workload's series; a value None is not sent."""
+    cpu = workload.cpu
+    idle_cost = None if price is None else (price * workload.gpus if workload.idle else 0.0)
+    return [
+        (WORKLOAD_GPUS, workload.gpus, tags),
+        (WORKLOAD_MEMORY_USED, workload.memory_used, tags),
+        (WORKLOAD_SM_UTILIZATION, workload.sm_utilization, tags),
+        (WORKLOAD_SM_LIMIT, workload.sm_limit, tags),
+        (WORKLOAD_IDLE, int(workload.idle), idle_tags),
+        (WORKLOAD_COST_HOURLY, None if price is None else price * workload.gpus, tags),
+        (WORKLOAD_COST_IDLE_HOURLY, idle_cost, idle_tags),
+        # Throttling is counted only in periods a quota enforces: none without one.
+        (WORKLOAD_CPU_THROTTLED, cpu.throttled if cpu and cpu.quota_cores else None, tags),
+        (WORKLOAD_CPU_USAGE, cpu.usage_cores if cpu else None, tags),
+    ]
 
 
 def _submitters(check: AgentCheck, names: AbstractSet[str]) -> Dict[str, Callable]:

@@ -24,19 +24,21 @@ def table(scenario: str, rounds: int, **options: Any) -> Table:
         check = bench.check
         snapshot = check.source.read()
         pods = check._pods(snapshot.allocations)
-        attribution = attribute(snapshot, pods, check.config.effective_threshold, check.price_of)
+        attribution = attribute(snapshot, pods, check.config.effective_threshold, check.price_of,
+                                check.derived.expected_gpus)
         aer = check._aer.count(snapshot.node, snapshot.events)
-        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index].offered, aer)
+        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index], aer)
                    for d in snapshot.devices}
         node = check._node(snapshot, aer=aer)
         stages: Dict[str, Callable[[], object]] = {
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
             "reading the node": check.source.read,
-            "attribution": lambda: attribute(snapshot, pods, check.config.effective_threshold, check.price_of),
+            "attribution": lambda: attribute(snapshot, pods, check.config.effective_threshold, check.price_of,
+                                             check.derived.expected_gpus),
             "the kernel's record (what it told, XIDs joined) and PCIe AER counted": lambda: (
                 check._kernel_record(snapshot), check._aer.count(snapshot.node, snapshot.events)),
-            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index].offered, aer)
+            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index], aer)
                                for d in snapshot.devices],
             "node health": lambda: check._node(snapshot, aer=aer),
             "submission": lambda: check.submitter.submit(snapshot, healths, attribution, node),
