@@ -48,7 +48,8 @@ def test_free_mig_slices_are_idle_at_their_share_of_the_price(node):
     assert sum(free.values()) == pytest.approx(2 / 7), "two 1g.10gb slices are given to no pod"
     simulated = node("a100-mig").run()
     assert total(simulated, "fleet.capacity.unallocated") == pytest.approx(sum(free.values()))
-    assert total(simulated, "fleet.cost.unallocated_hourly") == pytest.approx(sum(prices[i] * f for i, f in free.items()))
+    free_cost = sum(prices[i] * f for i, f in free.items())
+    assert total(simulated, "fleet.cost.unallocated_hourly") == pytest.approx(free_cost)
     # Slices given to a pod that runs nothing on them are idle too: triton-4 holds GPU 1's GI 11.
     idle = simulated.values("cost.idle_hourly")
     assert idle[1] == pytest.approx(prices[1] * (free[1] + 1 / 7))
@@ -91,5 +92,6 @@ def test_the_summary_says_what_nobody_holds(capsys):
     raw = scenario("a100-mig")
     assert main(["check", "--simulate", "a100-mig"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    free = sum(device_prices(raw)[i] * (7 - held_slices(raw, i)) / 7 for i, d in enumerate(raw["devices"]) if d.get("mig"))
+    prices = device_prices(raw)
+    free = sum(prices[i] * (7 - held_slices(raw, i)) / 7 for i, d in enumerate(raw["devices"]) if d.get("mig"))
     assert f"(unallocated ${free:,.2f}/h)" in out

@@ -1,7 +1,7 @@
 """Who holds each target: the devices the kubelet gave containers through device plugins or DRA
 claims, what the device plugins offer, and how each target is shared."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Set, Tuple
 
 from gpu_monitoring.attribution.holders import Holder, HolderKey, PodDirectory
@@ -83,9 +83,10 @@ class Claimed:
 
 def claims(snapshot: Snapshot, held: List[Target], directory: PodDirectory) -> Claimed:
     if snapshot.allocations.source != "pod_resources":
-        allocated = {d.index for d in snapshot.devices if runs_compute(d)}
+        jobs = _slurm_claims(snapshot)
+        allocated = {d.index for d in snapshot.devices if runs_compute(d)} | {key[0] for key in jobs}
         unknown = dict.fromkeys((d.index for d in snapshot.devices), None)
-        return Claimed({}, _sharing(held, {}), allocated, unknown, None, [], False)
+        return Claimed(jobs, _sharing(held, jobs), allocated, unknown, None, [], False)
     # One resolver for both allocations and advertised IDs: most IDs are in both, resolved once.
     places = Places(snapshot.devices)
     resolved, problems = _resolve_all(places, snapshot)
@@ -109,6 +110,20 @@ def claims(snapshot: Snapshot, held: List[Target], directory: PodDirectory) -> C
         problems=problems,
         from_pod_resources=True,
     )
+
+
+def _slurm_claims(snapshot: Snapshot) -> Dict[TargetKey, Claims]:
+    """The GPUs Slurm gave each job on the node, held whether or not the job runs anything on them. A job
+    is given whole GPUs by minor number; a GPU in MIG mode is left to its instances' processes."""
+    by_minor = {d.minor_number: d for d in snapshot.devices if d.minor_number is not None and not d.mig_instances}
+    found: Dict[TargetKey, Claims] = {}
+    for allocation in snapshot.node.slurm_allocations or ():
+        job = replace(allocation.job, step=None)
+        for minor in allocation.gpu_minors:
+            if minor in by_minor:
+                holder = Holder(key=("slurm", job.job_id), slurm=job)
+                found.setdefault((by_minor[minor].index, None), Claims()).holders.setdefault(holder.key, holder)
+    return found
 
 
 def _resolve_all(places: Places, snapshot: Snapshot) -> Tuple[List[Tuple[Allocation, Place]], List[str]]:
