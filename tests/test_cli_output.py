@@ -95,7 +95,7 @@ def test_slurm_workloads_are_told_apart(capsys):
     holders = {row.split()[0]: row for row in summary.split("=== GPUs")[1].split("Node:")[0].splitlines()[2:]}
     named = {job for job in jobs if any(f"slurm job {job} ({jobs[job]})" in row for row in holders.values())}
     assert named == set(jobs)
-    workloads = summary.split("=== Workload cost")[1].splitlines()[2:]
+    workloads = summary.split("=== Workload cost")[1].split("\n\n")[0].splitlines()[2:]
     assert sorted(row.split()[2] for row in workloads if row.strip()) == sorted(jobs)
     gpus_lines = [line for line in series.splitlines() if line.startswith("gpu_monitoring.workload.gpus ")]
     assert gpus_lines and all("slurm_job_id:" in line for line in gpus_lines)
@@ -105,9 +105,11 @@ def test_slurm_workloads_are_told_apart(capsys):
 
 
 def test_pod_workloads_name_namespace_and_pod(capsys):
-    pods = {f"{pod['namespace']}/{pod['name']}" for pod in scenario("dgx-h100")["kubernetes"]["pods"]}
+    # A finished pod holds nothing and costs nothing, though its process may linger.
+    pods = {f"{pod['namespace']}/{pod['name']}" for pod in scenario("dgx-h100")["kubernetes"]["pods"]
+            if pod.get("phase", "Running") == "Running"}
     out = check(capsys, "--simulate", "dgx-h100")
-    workloads = out.split("=== Workload cost")[1].splitlines()[2:]
+    workloads = out.split("=== Workload cost")[1].split("\n\n")[0].splitlines()[2:]
     assert {row.split()[0] for row in workloads if row.strip()} == pods
 
 
@@ -128,8 +130,8 @@ def test_faults_alone_show_their_faults(capsys):
 def test_json_carries_the_summary(capsys):
     report = json.loads(check(capsys, "--simulate", "faults", "--json", code=CRITICAL_FOUND))
     summary = report["summary"]
-    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "workloads", "service_checks_not_ok",
-                            "application_xids"}
+    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "unusable", "workloads",
+                            "idle_workloads", "service_checks_not_ok", "application_xids"}
     # The kernel's line named the process the application XID of t=20 hit (faults runs no pods: its name).
     assert {"workload": "process python3", "xid": "13", "gpu_index": "1", "count": 1} in summary["application_xids"]
     gpus = {row["gpu_index"]: row for row in summary["gpus"]}

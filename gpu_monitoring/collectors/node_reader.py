@@ -6,7 +6,7 @@ lists the NVML calls a run makes besides it and why no field replaces them).
 
 import logging
 import time
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 from gpu_monitoring import snapshot
 from gpu_monitoring.collectors import COLLECTOR_NAMES
@@ -86,6 +86,7 @@ class NodeReader:
         # The node around the GPUs (PCI bus, driver record, ports, boot ID): none without a sysfs root;
         # `clock` is the one its counters follow.
         self.hardware = HardwareReader(sysfs_root, proc_root, clock) if sysfs_root else None
+        self.sysfs_root = sysfs_root  # where the processes' workload cgroups are found too
         self.clock = clock
         self.collectors = self._build_collectors(profile)
 
@@ -96,7 +97,7 @@ class NodeReader:
             "utilization": Utilization(profile),
             "gpm": gpm,
             "memory": Memory(profile),
-            "processes": Processes(self.proc_root, profile),
+            "processes": Processes(self.proc_root, profile, self.sysfs_root),
         }
         per_device = {
             **shared,
@@ -195,6 +196,7 @@ class NodeReader:
         )
         if self.hardware is not None:
             self.hardware.read_into(node)
+            self.hardware.read_workloads(node, _processes(devices))
         return snapshot.Snapshot(
             allocations=self.allocations.read(_users(devices)) if self.allocations else snapshot.Allocations(),
             timestamp=self.clock(),
@@ -255,8 +257,18 @@ def _identify(device: NvmlDevice, out: snapshot.Device) -> None:
 
 def _users(devices: List[snapshot.Device]) -> FrozenSet[tuple]:
     """Which pod (or container) runs on which GPU: when this changes, pod-resources has news."""
-    return frozenset(
-        (device.index, process.pod_uid or process.container_id)
+    return frozenset((index, process.pod_uid or process.container_id) for index, process in _on_devices(devices))
+
+
+def _processes(devices: List[snapshot.Device]) -> Iterator[snapshot.Process]:
+    """Every process on the devices, their MIG instances' too."""
+    return (process for _, process in _on_devices(devices))
+
+
+def _on_devices(devices: List[snapshot.Device]) -> Iterator[Tuple[int, snapshot.Process]]:
+    """(device index, process) of each process on a device or one of its MIG instances."""
+    return (
+        (device.index, process)
         for device in devices
         for target in (device, *device.mig_instances)
         for process in target.processes

@@ -7,6 +7,7 @@ from gpu_monitoring.collectors.base import Collector, Fields, sample_key
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.metrics.names import PROCESSES_COUNT
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
+from gpu_monitoring.node.cgroups import CgroupPaths
 from gpu_monitoring.node.process_owners import ProcessOwners
 from gpu_monitoring.node.procfs import ProcFault, fault_of
 from gpu_monitoring.nvml import Listed, NvmlDevice, Usage
@@ -27,17 +28,21 @@ COUNT, PROCESSES = gauge(PROCESSES_COUNT), fact("processes")
 class Processes(Collector):
     """Every process NVML lists, with its engine use since the last run. Names and owners
     (container, pod, Slurm job) come from `<proc_root>/<pid>`; a process that exits between
-    NVML's list and that read is kept without them.
+    NVML's list and that read is kept without them. With a `sysfs_root`, the host's path of its
+    workload's cgroup too (`Process.cgroup`, under the sysfs root's fs/cgroup).
     """
 
     name = "processes"
 
-    def __init__(self, proc_root: Optional[str] = "/proc", profile: Profile = EVERYTHING):
+    def __init__(
+        self, proc_root: Optional[str] = "/proc", profile: Profile = EVERYTHING, sysfs_root: Optional[str] = None
+    ):
         super().__init__(profile)
         self.proc_root = proc_root
         self._since: Dict[SampleKey, int] = {}
         self._faults = ProcFaults()
-        self._owners = ProcessOwners(proc_root) if proc_root else None
+        cgroup_of = CgroupPaths(sysfs_root).workload if sysfs_root else None
+        self._owners = ProcessOwners(proc_root, cgroup_of) if proc_root else None
 
     def begin_run(self) -> None:
         self._faults.end_run()
@@ -112,6 +117,7 @@ class Processes(Collector):
         owner = identity.owner
         if owner is not None:
             process.container_id, process.pod_uid, process.slurm = owner.container_id, owner.pod_uid, owner.slurm
+            process.cgroup = owner.cgroup
 
     def forget(self) -> None:
         self._since = {}

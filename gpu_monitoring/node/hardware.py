@@ -8,13 +8,15 @@ port its state, physical state, rate and counters; no NVML call.
 
 import time
 from functools import cached_property
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from gpu_monitoring.node.boot import read_boot_id
+from gpu_monitoring.node.cgroups import WorkloadCgroups
 from gpu_monitoring.node.driver_gpus import driver_gpu_bus_ids
 from gpu_monitoring.node.infiniband import PortReader
 from gpu_monitoring.node.pci import PciReader, SysfsUnavailable
-from gpu_monitoring.snapshot import Node
+from gpu_monitoring.node.slurm_jobs import SlurmJobReader
+from gpu_monitoring.snapshot import Node, Process
 
 
 class HardwareReader:
@@ -24,6 +26,8 @@ class HardwareReader:
         self.clock = clock
         self._pci = PciReader(sysfs_root)
         self._ports = PortReader(sysfs_root)
+        self._slurm = SlurmJobReader(sysfs_root, proc_root)
+        self._workloads = WorkloadCgroups(sysfs_root, proc_root, clock)
 
     @cached_property
     def _boot_id(self) -> Optional[str]:
@@ -35,7 +39,14 @@ class HardwareReader:
         node.boot_id = self._boot_id
         node.driver_gpus = driver_gpu_bus_ids(self.proc_root)
         node.network_ports = self._ports.read()
+        node.slurm_allocations = self._slurm.read()
         try:
             node.pci_functions = self._pci.read()
         except SysfsUnavailable as e:
             node.pci_functions, node.sysfs_problem = None, str(e)
+
+    def read_workloads(self, node: Node, processes: Iterable[Process]) -> None:
+        """The cgroups of the workloads that run `processes` (node.cgroups: node.cgroups.WorkloadCgroups)
+        and the host's CPU count; each process's state is set as read this run."""
+        node.cgroups = self._workloads.read(processes)
+        node.cpu_cores = self._workloads.cpu_cores

@@ -12,7 +12,7 @@ its cache, when the start time tells it is the same process after all).
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from gpu_monitoring.node.procfs import (
     ProcessOwner,
@@ -50,8 +50,12 @@ class _Known:
 
 
 class ProcessOwners:
-    def __init__(self, proc_root: str):
+    """`cgroup_of`, where given, makes the host's path of a process's workload cgroup from the text of
+    its `cgroup` file (node.cgroups.CgroupPaths.workload): read with its owner, once per process."""
+
+    def __init__(self, proc_root: str, cgroup_of: Optional[Callable[[str], Optional[str]]] = None):
         self.proc_root = proc_root
+        self.cgroup_of = cgroup_of
         self._known: Dict[int, _Known] = {}
         self._this_run: Dict[int, Identity] = {}
         self._environ_unreadable = False
@@ -90,7 +94,7 @@ class ProcessOwners:
         return identity
 
     def _read(self, pid: int) -> Optional[ProcessOwner]:
-        owner = process_owner(self.proc_root, pid)
+        owner = process_owner(self.proc_root, pid, self.cgroup_of)
         if owner is None or owner.slurm is None:
             return owner
         return replace(owner, slurm=self._job_details(pid, owner.slurm))

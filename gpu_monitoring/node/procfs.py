@@ -31,7 +31,7 @@ the node name appears with several slurmd per host. slurmstepd itself waits in t
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 from gpu_monitoring.snapshot import SlurmJob
 
@@ -39,11 +39,13 @@ from gpu_monitoring.snapshot import SlurmJob
 @dataclass(frozen=True)
 class ProcessOwner:
     """The container and pod a process runs in, both None for a process of the host itself, and
-    the Slurm job step it runs in, if any."""
+    the Slurm job step it runs in, if any; `cgroup` is the host's path of its workload's cgroup
+    (node.cgroups), where it was asked for and found."""
 
     container_id: Optional[str]
     pod_uid: Optional[str]
     slurm: Optional[SlurmJob] = None
+    cgroup: Optional[str] = None
 
 
 _HOST = ProcessOwner(None, None)
@@ -119,15 +121,39 @@ def fault_of(proc_root: str, pid: int, error: OSError) -> ProcFault:
     return ProcFault(proc_root, file or "?", error.errno or 0, error.strerror or str(error), pid)
 
 
-def process_owner(proc_root: str, pid: int) -> Optional[ProcessOwner]:
-    """The owner of process `pid`, or None when it exited since it was listed.
+def process_owner(
+    proc_root: str, pid: int, cgroup_of: Optional[Callable[[str], Optional[str]]] = None
+) -> Optional[ProcessOwner]:
+    """The owner of process `pid`, or None when it exited since it was listed; with `cgroup_of`,
+    which makes the host's path of a workload's cgroup from the `cgroup` file's text, its `cgroup`
+    too (a process of the host has no workload, so none).
 
     Two failures are raised rather than read as an exit, for the caller to report once: a
     PermissionError (`cgroup` is world-readable, so it means a proc mount with `hidepid` or a
     security policy) and a FileNotFoundError for a proc root that does not exist (not mounted).
     """
     text = _read(proc_root, pid, "cgroup")
-    return None if text is None else parse_cgroup(text)
+    if text is None:
+        return None
+    owner = parse_cgroup(text)
+    if cgroup_of is None or not (owner.container_id or owner.slurm):
+        return owner
+    return replace(owner, cgroup=cgroup_of(text))
+
+
+def workload_path(path: str) -> Optional[str]:
+    """`path`, a cgroup path of a process, cut after its workload's own directory: the innermost one
+    that names a container (as `parse_cgroup` recognises them), else its Slurm job's `job_<id>`;
+    None for a path of neither (the host's processes, slurmstepd's own cgroups)."""
+    path = path.removesuffix(_DELETED)
+    segments = path.split("/")
+    containers = [index for index, segment in enumerate(segments) if _CONTAINER.fullmatch(segment)]
+    if containers:
+        return "/".join(segments[: containers[-1] + 1])
+    if _slurm_of_path(path) is None:
+        return None
+    found = _SLURM_V1.search(path) or _SLURM_V2.search(path)
+    return path[: found.end("job")]
 
 
 @dataclass(frozen=True)

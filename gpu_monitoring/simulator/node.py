@@ -22,6 +22,9 @@ given and the GPU processes it runs:
               processes: [41021]          # pids of the scenario's GPU processes
               env: {CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25"}
               runtime: containerd         # or crio, docker; cgroup_driver and cgroup_version too
+              cgroup: {cpu_quota: 4, throttled_percent: 62}  # what its cgroup shows (simulator.cgroup_tree:
+                                          # cpu_quota, throttled_percent, cpu_cores_used, io_some_avg10,
+                                          # memory_some_avg10)
               claims:                     # DRA claims: each device as NVIDIA's DRA driver names it
                 - name: trainer-0-gpus    # namespace: the pod's by default
                   devices: [gpu:0, mig:3/9] # gpu:N (gpu-<minor>), mig:N/GI (gpu-<minor>-mig-<profile>-<profile
@@ -41,12 +44,13 @@ NVIDIA GPU Operator deploys it: its DaemonSet's pod is in the kubelet's pod list
 finds it; it names the pods that hold each GPU or MIG instance, as dcgm-exporter's pod mapper does.
 
 `simulated_node()` makes a node from a scenario, reading nothing but the scenario and starting
-nothing. `start()` writes the proc root, the sysfs (every scenario has both: simulator.sysfs_root) and
-the kernel's log (simulator.kernel_log), starts dcgm-exporter, the HTTPS kubelet and the gRPC socket in
-a temporary directory and returns the instance options that point the check at them; `stop()` ends them
-all and removes the directory. The sysfs follows scenario time to the second and the kernel's log to the
-fault: the simulated library tells the node when time moved (at the first NVML call of a check run, or
-an advance), and the node rewrites what changed.
+nothing. `start()` writes the proc root, the sysfs (every scenario has both: simulator.sysfs_root; its
+`fs/cgroup` holds each workload's cgroup: simulator.cgroup_tree) and the kernel's log (simulator.kernel_log),
+starts dcgm-exporter, the HTTPS kubelet and the gRPC socket in a temporary directory and returns the
+instance options that point the check at them; `stop()` ends them all and removes the directory. The
+sysfs (its cgroups' counters too) follows scenario time to the second and the kernel's log to the fault:
+the simulated library tells the node when time moved (at the first NVML call of a check run, or an
+advance), and the node rewrites what changed.
 
 The node booted BOOT_UPTIME seconds before scenario time 0, at `boot_time` (seconds since the epoch, the
 proc root's `stat` btime); `wall_time()` is the epoch time the scenario's present stands for.
@@ -64,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from gpu_monitoring.kube.cdi_devices import GPU_DRIVER
 from gpu_monitoring.kube.device_ids import DeviceRef, parse_device_id
+from gpu_monitoring.simulator.cgroup_tree import CgroupTree, scenario_workloads
 from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer, EntityKey, Holder
 from gpu_monitoring.simulator.kernel_log import BOOT_UPTIME, KernelLog
@@ -71,7 +76,7 @@ from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.pod_resources_server import PodResourcesServer
 from gpu_monitoring.simulator.proc_root import boot_id_of, build_proc_root
 from gpu_monitoring.simulator.scenario import load
-from gpu_monitoring.simulator.slurm import slurm_processes
+from gpu_monitoring.simulator.slurm import slurm_cpu_processes, slurm_processes, write_slurm_cgroups
 from gpu_monitoring.simulator.sysfs_root import SysfsTree
 from gpu_monitoring.snapshot import Advertised, Allocation
 
@@ -110,6 +115,7 @@ class SimulatedNode:
         self.pod_resources: Optional[PodResourcesServer] = None
         self.dcgm_exporter: Optional[DcgmExporterServer] = None
         self.sysfs: Optional[SysfsTree] = None
+        self.cgroups: Optional[CgroupTree] = None
         self._sysfs_second: Optional[int] = None
         self.kernel_log: Optional[KernelLog] = None
         self.boot_time: int = int(time.time() - nvml.clock.now()) - BOOT_UPTIME
@@ -166,6 +172,9 @@ class SimulatedNode:
         sysfs = SysfsTree(root, self.nvml.scenario)
         now = self.nvml.now()
         sysfs.build(now)
+        self.cgroups = CgroupTree(root, scenario_workloads(self.pods, self._slurm()))
+        self.cgroups.build(now)
+        write_slurm_cgroups(root / "fs" / "cgroup", self._slurm(), self.minor_numbers())
         self.sysfs, self._sysfs_second = sysfs, math.floor(now)
         return root
 
@@ -184,6 +193,8 @@ class SimulatedNode:
         if self.sysfs is not None and math.floor(now) != self._sysfs_second:
             self._sysfs_second = math.floor(now)
             self.sysfs.update(now)
+            if self.cgroups is not None:
+                self.cgroups.update(now)
 
     def prices(self) -> Dict[str, float]:
         """US$ per GPU-hour by NVML product name, from the scenario's models."""
@@ -197,7 +208,7 @@ class SimulatedNode:
         for server in (self.pod_resources, self.kubelet, self.dcgm_exporter):
             if server is not None:
                 server.stop()
-        self.sysfs = self.kernel_log = None
+        self.sysfs = self.kernel_log = self.cgroups = None
         if self._directory is not None:
             self._directory.cleanup()
         self.kubelet = self.pod_resources = self.dcgm_exporter = self._directory = None
@@ -301,13 +312,20 @@ class SimulatedNode:
             for c in pod["containers"]
             for pid in c.get("processes", [])
         }
-        owners.update(slurm_processes(self.nvml.scenario.extra.get("slurm", {})))
+        owners.update(slurm_processes(self._slurm(), self.minor_numbers()))
         found = {}
         for device in self.nvml.devices:
             for process in device.spec.processes + [p for m in device.spec.mig for p in m.processes]:
                 found[process["pid"]] = dict(owners.get(process["pid"], {}), pid=process["pid"],
-                                             name=process.get("name", "python3"))
-        return list(found.values())
+                                             name=process.get("name", "python3"), state=process.get("state", "S"))
+        return list(found.values()) + slurm_cpu_processes(self._slurm(), self.minor_numbers())
+
+    def _slurm(self) -> Dict[str, Any]:
+        return self.nvml.scenario.extra.get("slurm", {})
+
+    def minor_numbers(self) -> List[int]:
+        """The devices' NVML minor numbers, by index: a scenario's `minor_number`, else the index."""
+        return [device.spec.get("minor_number", device.index) for device in self.nvml.devices]
 
     def device_id(self, ref: str) -> str:
         """The kubelet's ID for a scenario reference (gpu:N, mig:N/GI, gke:N/vgpuK, ...)."""

@@ -37,6 +37,9 @@ _USER_SESSION = "/user.slice/user-1000.slice/session-3.scope"
 # Slurm's cgroup v1 plugins: proctrack/cgroup tracks the step in freezer, task/cgroup constrains
 # each task in these; slurmd's own unit stays in systemd's hierarchy.
 _SLURM_TASK_HIERARCHIES = ("cpu,cpuacct", "memory", "devices", "cpuset")
+# A process's state letter and the name `status` gives it (fs/proc/array.c, task_state_array; proc(5)).
+STATES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
+          "X": "dead", "Z": "zombie", "P": "parked", "I": "idle"}
 _DEFAULT_START = 4_200_000  # clock ticks after boot: a process started some eleven hours in
 _PATH = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"}
 
@@ -51,7 +54,8 @@ def build_proc_root(
 
     A process mapping has `pid`, `name`, and either `cgroup` (the file's text, as is) or the
     keyword arguments of `cgroup_text`; optionally `uid` (0), `start_time` (clock ticks after
-    boot) and `environ` (a mapping; a PATH by default).
+    boot), `state` (its state letter, S by default: D for one stuck in uninterruptible sleep, Z for
+    a zombie) and `environ` (a mapping; a PATH by default).
     """
     if boot_id is not None:
         random_dir = directory / "sys" / "kernel" / "random"
@@ -70,8 +74,12 @@ def build_proc_root(
         (pid_dir / "comm").write_text(f"{process['name']}\n")
         options = {key: process[key] for key in _CGROUP_KEYS if key in process}
         (pid_dir / "cgroup").write_text(process["cgroup"] if "cgroup" in process else cgroup_text(**options))
-        (pid_dir / "stat").write_text(_stat(process["pid"], process["name"], process.get("start_time", _DEFAULT_START)))
-        (pid_dir / "status").write_text(_status(process["pid"], process["name"], process.get("uid", 0)))
+        state = process.get("state", "S")
+        if state not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)}, not {state!r}")
+        start_time = process.get("start_time", _DEFAULT_START)
+        (pid_dir / "stat").write_text(_stat(process["pid"], process["name"], start_time, state))
+        (pid_dir / "status").write_text(_status(process["pid"], process["name"], process.get("uid", 0), state))
         environ = process.get("environ", _PATH)
         (pid_dir / "environ").write_text("".join(f"{key}={value}\0" for key, value in environ.items()))
     return directory
@@ -118,16 +126,25 @@ def slurm_cgroup_text(
 
     `nodename` is set when the host runs several slurmd (built with --enable-multiple-slurmd).
     """
+    job_path = slurm_job_cgroup_path(job_id, uid, cgroup_version, nodename)
     if cgroup_version == 2:
-        scope = f"{nodename}_slurmstepd.scope" if nodename else "slurmstepd.scope"
-        return f"0::/system.slice/{scope}/job_{job_id}/step_{step}/user/task_{task}\n"
-    if cgroup_version != 1:
-        raise ValueError(f"cgroup_version must be 1 or 2, not {cgroup_version!r}")
-    step_path = f"/{'slurm_' + nodename if nodename else 'slurm'}/uid_{uid}/job_{job_id}/step_{step}"
+        return f"0::{job_path}/step_{step}/user/task_{task}\n"
+    step_path = f"{job_path}/step_{step}"
     paths = {"freezer": step_path, "name=systemd": "/system.slice/slurmd.service"}
     paths.update(dict.fromkeys(_SLURM_TASK_HIERARCHIES, f"{step_path}/task_{task}"))
     numbered = reversed(list(enumerate(_V1_HIERARCHIES, 1)))
     return "".join(f"{number}:{name}:{paths.get(name, '/')}\n" for number, name in numbered)
+
+
+def slurm_job_cgroup_path(job_id: int, uid: int = 1000, cgroup_version: int = 2, nodename: Optional[str] = None) -> str:
+    """The host's path of a Slurm job's own cgroup, its steps' parent: in slurmstepd's scope on cgroup v2,
+    under `slurm[_<nodename>]/uid_<uid>` in each v1 hierarchy."""
+    if cgroup_version == 2:
+        scope = f"{nodename}_slurmstepd.scope" if nodename else "slurmstepd.scope"
+        return f"/system.slice/{scope}/job_{job_id}"
+    if cgroup_version != 1:
+        raise ValueError(f"cgroup_version must be 1 or 2, not {cgroup_version!r}")
+    return f"/{'slurm_' + nodename if nodename else 'slurm'}/uid_{uid}/job_{job_id}"
 
 
 def driver_information(device: DeviceSpec) -> str:
@@ -148,16 +165,17 @@ def driver_information(device: DeviceSpec) -> str:
     )
 
 
-def _stat(pid: int, name: str, start_time: int) -> str:
+def _stat(pid: int, name: str, start_time: int, state: str = "S") -> str:
     # Fields 3-21 (state, parent, group, session, terminal, flags, faults, times, priority, threads),
-    # 22 the start time, 23-52 the rest: only the start time matters here.
-    before = ["S", "1", str(pid), str(pid), "0", "-1", "4194560"] + ["0"] * 12
+    # 22 the start time, 23-52 the rest: the state and the start time matter here.
+    before = [state, "1", str(pid), str(pid), "0", "-1", "4194560"] + ["0"] * 12
     return f"{pid} ({name}) " + " ".join(before + [str(start_time)] + ["0"] * 30) + "\n"
 
 
-def _status(pid: int, name: str, uid: int) -> str:
+def _status(pid: int, name: str, uid: int, state: str = "S") -> str:
     ids = "\t".join([str(uid)] * 4)  # real, effective, saved, filesystem
-    return f"Name:\t{name}\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\nUid:\t{ids}\nGid:\t{ids}\n"
+    return (f"Name:\t{name}\nState:\t{state} ({STATES[state]})\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\n"
+            f"Uid:\t{ids}\nGid:\t{ids}\n")
 
 
 def cgroup_text(
@@ -182,6 +200,14 @@ def cgroup_text(
         numbered = reversed(list(enumerate(_V1_HIERARCHIES, 1)))
         return "".join(f"{number}:{name}:{'/' if name == 'rdma' else path}\n" for number, name in numbered)
     raise ValueError(f"cgroup_version must be 1 or 2, not {cgroup_version!r}")
+
+
+def container_cgroup_path(
+    container_id: str, pod_uid: Optional[str] = None, qos: str = "burstable", runtime: str = "containerd",
+    cgroup_driver: str = "systemd",
+) -> str:
+    """The host's path of a container's cgroup, the one `cgroup_text` names for its processes."""
+    return _cgroup_path(container_id, pod_uid, qos, runtime, cgroup_driver, None)
 
 
 def _cgroup_path(

@@ -136,8 +136,9 @@ class Submitter:
         tags = self._held(own, view.holders.get((device.index, None)))
         self._target_metrics(device, tags)
         self._cost(view, tags)
-        self.send(PROCESSES_ZOMBIE, len(view.zombies), tags)
-        self.send(PROCESSES_ZOMBIE_MEMORY, sum(zombie.memory for zombie in view.zombies), tags)
+        if view.zombies:  # rare: a series only while there are any, none for every healthy GPU
+            self.send(PROCESSES_ZOMBIE, len(view.zombies), tags)
+            self.send(PROCESSES_ZOMBIE_MEMORY, sum(zombie.memory for zombie in view.zombies), tags)
         self.check.service_check(HEALTH_CHECK, health.status, tags=tags, message=health.message or None)
         owns, helds = {(device.index, None): own}, {(device.index, None): tags}
         if not device.mig_instances:
@@ -228,20 +229,23 @@ class Submitter:
                 self.send(STAGES[stage], count, tags)
 
     def _capacity(self, snapshot: Snapshot, attribution: Attribution) -> None:
-        """By model: the capacity no workload holds and the GPUs the node cannot use, with their price where
-        the model has one (one price a model). Zeros are sent too: a monitor on them sees a node that is fine."""
+        """By model: the capacity no workload holds (zeros too: a node using all it has shows so), and the GPUs
+        the node cannot use, only where it has any; each with its price where the model has one."""
         models = {device.name for device in snapshot.devices} | {gpu.model for gpu in attribution.unusable}
         for model in models:
             tags = merge(self.base_tags, [f"gpu_device:{device_name(model)}"] if model else [])
             views = [attribution.devices[d.index] for d in snapshot.devices if d.name == model]
             unusable = [gpu for gpu in attribution.unusable if gpu.model == model]
             unallocated = sum(view.shares.unallocated for view in views)
-            self.send(FLEET_CAPACITY_UNALLOCATED, unallocated, tags)
-            self.send(FLEET_DEVICES_UNUSABLE, len(unusable), tags)
             price = next((p for p in [v.price for v in views] + [g.price for g in unusable] if p is not None), None)
-            if price is not None:
-                self.send(FLEET_COST_UNALLOCATED_HOURLY, price * unallocated, tags)
-                self.send(FLEET_COST_UNUSABLE_HOURLY, price * len(unusable), tags)
+            if views:
+                self.send(FLEET_CAPACITY_UNALLOCATED, unallocated, tags)
+                if price is not None:
+                    self.send(FLEET_COST_UNALLOCATED_HOURLY, price * unallocated, tags)
+            if unusable:
+                self.send(FLEET_DEVICES_UNUSABLE, len(unusable), tags)
+                if price is not None:
+                    self.send(FLEET_COST_UNUSABLE_HOURLY, price * len(unusable), tags)
 
 
 def _workload_values(workload: Workload, price: Optional[float], tags: List[str], idle_tags: List[str]) -> List[tuple]:
