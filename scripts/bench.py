@@ -5,12 +5,14 @@
     python scripts/bench.py --dcgm
     python scripts/bench.py --sysfs
     python scripts/bench.py --kernel
+    python scripts/bench.py --cgroups
 
 1. NVML calls per GPU per steady-state run, by function;
 2. CPU per series against the submission floor, interleaved in one process, and field entries' cost;
    what a DCGM read (dcgm-exporter's page parsed and joined) adds to a run; what reading and judging
    the node around the GPUs (sysfs: PCI functions, InfiniBand/RoCE ports) costs; what reading the
-   kernel's log costs (a steady run, a full ring's first read, a storm of XID lines);
+   kernel's log costs (a steady run, a full ring's first read, a storm of XID lines); what telling why a
+   held GPU idles costs (the workloads' cgroups, the processes' states, the Slurm jobs' GPUs);
 3. a profile of steady-state runs, grouped by whose code each function is;
 4. scaling with GPUs, processes, pods and MIG instances; kubelet, pod-resources and /proc reads;
 5. memory over many runs in local and sidecar mode;
@@ -38,6 +40,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from bench_support import (  # noqa: E402
     calls,
+    cgroup_reads,
     cpu,
     dcgm_read,
     document,
@@ -89,6 +92,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--dcgm", action="store_true", help="print only the table of a DCGM read's CPU (section 2's)")
     parser.add_argument("--kernel", action="store_true",
                         help="print only the table of the kernel log's reads' CPU (section 2's)")
+    parser.add_argument("--cgroups", action="store_true",
+                        help="print only the table of the workload cgroups' and Slurm jobs' reads (section 2's)")
     parser.add_argument("--sysfs", action="store_true",
                         help="print only the table of the node's sysfs reads' CPU (section 2's)")
     args = parser.parse_args(argv)
@@ -107,6 +112,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.sysfs:
         print(text(Section("The node around the GPUs", [sysfs_reads.table(args.rounds, Report())])))
+        return 0
+    if args.cgroups:
+        print(text(Section("Why held GPUs idle", [cgroup_reads.table(args.rounds, Report())])))
         return 0
     if args.kernel:
         print(text(Section("The kernel's log", [kernel_reads.table(args.rounds, Report())])))
@@ -147,6 +155,7 @@ def _cpu(args: argparse.Namespace, _directory: Path, report: Report) -> Section:
     section.tables.append(dcgm_read.table(args.rounds, report))
     section.tables.append(sysfs_reads.table(args.rounds, report))
     section.tables.append(kernel_reads.table(args.rounds, report))
+    section.tables.append(cgroup_reads.table(args.rounds, report))
     return section
 
 

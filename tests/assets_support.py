@@ -141,6 +141,7 @@ def _scenarios(directory: Path) -> List[tuple]:
         ("gh200", 3, {}),  # C2C links
         # To t=120: the XIDs, a lost GPU, ECC, heat, then link faults and a driver reload.
         ("faults", 9, {"default_hourly_price": 2.0}),
+        ("gpu-missing", 2, {}),  # a GPU on the bus NVML does not list: unusable capacity, priced
         (str(held_path), 3, {"hourly_price": {"NVIDIA H100*": 4.0}}),
         # NVLink 5's counters answer only on Blackwell.
         (str(Path(__file__).parent / "data" / "nvlink5-board.yaml"), 3, {}),

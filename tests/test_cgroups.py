@@ -50,6 +50,19 @@ JOB_V1 = "/slurm/uid_1001/job_48213"
 SEPARATE = "/docker/e8f14fa67ed5dd5b2bd98248bb54984f887e24dc24226b1ca3dfabb196bddecf"
 
 
+# The recorded trees' counters 15 s (v2), 10 s (v1) and 20 s (v1 apart) later, as the kernel moves them.
+V2_LIMITED_LATER = ("usage_usec 183532313211\nuser_usec 171260000000\nsystem_usec 12272313211\n"
+                    "core_sched.force_idle_usec 0\nnr_periods 1204668\nnr_throttled 746894\n"
+                    "throttled_usec 91240000000\nnr_bursts 0\nburst_usec 0\n")
+V2_STALLING_LATER = ("usage_usec 9213877310\nuser_usec 7198420911\nsystem_usec 2015456399\n"
+                     "core_sched.force_idle_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\nnr_bursts 0\n"
+                     "burst_usec 0\n")
+V1_STAT_LATER = "nr_periods 482311\nnr_throttled 160770\nthrottled_time 6429780113254\n"
+V1_USAGE_LATER = "79137920033871\n"
+SEPARATE_USAGE_LATER = "3340472096115\n"
+SEPARATE_STAT_LATER = "nr_periods 90410\nnr_throttled 0\nthrottled_time 0\nnr_bursts 0\nburst_time 0\n"
+
+
 def tree(tmp_path, name):
     """A recorded tree made under tmp_path/sys, which stands for /sys; returns the sysfs root."""
     return str(materialize(os.path.join("..", "cgroup-workloads", f"{name}.txt"), tmp_path / "sys"))
@@ -172,11 +185,8 @@ def test_v2_throttling_and_cpu_use_over_two_reads(tmp_path):
     assert first[LIMITED] == CgroupUse(2, None, None, 4.0, 0.0, 0.0)
     # 15 s later: 150 periods, 93 of them throttled, 59.4 s of CPU.
     clock.now += 15
-    write(sysfs, LIMITED, "cpu.stat", "usage_usec 183532313211\nuser_usec 171260000000\nsystem_usec 12272313211\n"
-          "core_sched.force_idle_usec 0\nnr_periods 1204668\nnr_throttled 746894\nthrottled_usec 91240000000\n"
-          "nr_bursts 0\nburst_usec 0\n")
-    write(sysfs, STALLING, "cpu.stat", "usage_usec 9213877310\nuser_usec 7198420911\nsystem_usec 2015456399\n"
-          "core_sched.force_idle_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\nnr_bursts 0\nburst_usec 0\n")
+    write(sysfs, LIMITED, "cpu.stat", V2_LIMITED_LATER)
+    write(sysfs, STALLING, "cpu.stat", V2_STALLING_LATER)
     second = reader.read(processes(LIMITED, STALLING))
     assert second[LIMITED].throttled == pytest.approx(62.0)
     assert second[LIMITED].usage_cores == pytest.approx(3.96)
@@ -198,9 +208,8 @@ def test_v1_through_the_links_to_the_co_mounted_hierarchy(tmp_path):
                      JOB_V1: CgroupUse(1, None, None, None, None, None)}
     clock.now += 10
     # 100 periods, a third throttled; 19.5 s of CPU in nanoseconds.
-    write(sysfs, V1_CONTAINER, "cpu.stat", "nr_periods 482311\nnr_throttled 160770\nthrottled_time 6429780113254\n",
-          "cpu,cpuacct")
-    write(sysfs, V1_CONTAINER, "cpuacct.usage", "79137920033871\n", "cpu,cpuacct")
+    write(sysfs, V1_CONTAINER, "cpu.stat", V1_STAT_LATER, "cpu,cpuacct")
+    write(sysfs, V1_CONTAINER, "cpuacct.usage", V1_USAGE_LATER, "cpu,cpuacct")
     second = reader.read(processes(V1_CONTAINER))
     assert second[V1_CONTAINER] == CgroupUse(1, pytest.approx(33.0), pytest.approx(1.95), 2.0, None, None)
 
@@ -218,9 +227,8 @@ def test_v1_cpu_and_cpuacct_mounted_apart(tmp_path):
     reader = WorkloadCgroups(sysfs, None, clock)
     assert reader.read(processes(SEPARATE))[SEPARATE] == CgroupUse(1, None, None, 1.5, None, None)
     clock.now += 20
-    write(sysfs, SEPARATE, "cpuacct.usage", "3340472096115\n", "cpuacct")
-    write(sysfs, SEPARATE, "cpu.stat", "nr_periods 90410\nnr_throttled 0\nthrottled_time 0\nnr_bursts 0\n"
-          "burst_time 0\n", "cpu")
+    write(sysfs, SEPARATE, "cpuacct.usage", SEPARATE_USAGE_LATER, "cpuacct")
+    write(sysfs, SEPARATE, "cpu.stat", SEPARATE_STAT_LATER, "cpu")
     assert reader.read(processes(SEPARATE))[SEPARATE] == CgroupUse(1, 0.0, pytest.approx(1.5), 1.5, None, None)
 
 

@@ -109,7 +109,7 @@ def service_check_shapes():
     }
 
 
-@pytest.mark.parametrize("scenario", ["faults", "a100-mig", "t4-shared", "legacy-driver", "hpc-slurm"])
+@pytest.mark.parametrize("scenario", ["faults", "a100-mig", "t4-shared", "legacy-driver", "hpc-slurm", "dgx-h100"])
 def test_same_metrics_as_local_mode(sidecars, scenario):
     sidecar = sidecars(scenario)
     local = GpuMonitoringCheck("gpu_monitoring", {}, [{"simulate": scenario}])

@@ -99,9 +99,12 @@ def _workloads(metrics: List[dict]) -> List[dict]:
             for who, (gpus, hourly, idle) in sorted(totals.items()) if hourly or idle]
 
 
+_CPU_FIGURES = {WORKLOAD_CPU_THROTTLED: "cpu_throttled", WORKLOAD_CPU_USAGE: "cpu_usage"}
+
+
 def _idle_workloads(metrics: List[dict]) -> List[dict]:
     """Each workload idle or below effective_threshold, by reason: the GPUs it holds so, and its CPU figures."""
-    figures = {name: _by_series(metrics, name) for name in (WORKLOAD_GPUS, WORKLOAD_CPU_THROTTLED, WORKLOAD_CPU_USAGE)}
+    figures = {name: _by_series(metrics, name) for name in (WORKLOAD_GPUS, *_CPU_FIGURES)}
     rows: Dict[Tuple[str, str, bool], Dict[str, Any]] = {}
     for series in _series(metrics, WORKLOAD_IDLE):
         tags = _tags(series)
@@ -111,9 +114,9 @@ def _idle_workloads(metrics: List[dict]) -> List[dict]:
         row = rows.setdefault((_who(tags), tags["idle_reason"], bool(series["value"])),
                               {"gpus": 0.0, "cpu_throttled": None, "cpu_usage": None})
         row["gpus"] += figures[WORKLOAD_GPUS].get(key, 0.0)
-        for name in (WORKLOAD_CPU_THROTTLED, WORKLOAD_CPU_USAGE):
+        for name, field in _CPU_FIGURES.items():
             if key in figures[name]:
-                row[name.replace("workload.", "").replace(".", "_")] = figures[name][key]
+                row[field] = figures[name][key]
     return [dict(row, workload=who, reason=reason, idle=idle) for (who, reason, idle), row in sorted(rows.items())]
 
 
@@ -210,7 +213,7 @@ def _by_index(item: Tuple[str, tuple]) -> Tuple[int, str]:
 _GPU_HEADER = ("gpu", "device", "util", "memory", "health", "cost", "idle cost", "held by")
 _GPU_ROW = "{:<3} {:<22} {:>5} {:>14}  {:<8} {:>9} {:>9}  {}"
 _HOLDERS_INDENT = 3 + 1 + 22 + 1 + 5 + 1 + 14 + 2 + 8 + 1 + 9 + 1 + 9 + 2
-_WORKLOAD_ROW = "{:<48} {:>6} {:>9} {:>9}"
+_WORKLOAD_ROW = "{:<40} {:>6} {:>9} {:>9}"
 _PROBLEM_ROW = "{:<22} {:<9} {:<7} {}"
 _MESSAGE_INDENT = 22 + 1 + 9 + 1 + 7 + 1
 
