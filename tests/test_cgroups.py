@@ -16,16 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpu_monitoring.node.cgroup_paths import CgroupPaths, cgroup_line, systemd_slice_path
 from gpu_monitoring.node.cgroups import (
     FORGET_AFTER,
     QUOTA_EVERY,
-    CgroupPaths,
     WorkloadCgroups,
-    cgroup_line,
     parse_cfs_quota,
     parse_cpu_max,
     some_avg10,
-    systemd_slice_path,
 )
 from gpu_monitoring.node.procfs import process_owner, workload_path
 from gpu_monitoring.simulator.proc_root import build_proc_root, kernel_stat
@@ -139,7 +137,7 @@ def test_a_path_found_nowhere_is_none_and_said_once(tmp_path, caplog):
     paths = CgroupPaths(tree(tmp_path, "tree-v2-systemd"))
     gone = "0::/../../kubepods-besteffort.slice/kubepods-besteffort-pod0debe36e_5688_58fe_af51_0ecb7591c155.slice/" \
            "cri-containerd-" + "9" * 64 + ".scope\n"
-    caplog.set_level(logging.DEBUG, logger="gpu_monitoring.node.cgroups")
+    caplog.set_level(logging.DEBUG, logger="gpu_monitoring.node.cgroup_paths")
     assert paths.workload(gone) is None
     assert paths.workload(gone) is None
     assert len([r for r in caplog.records if "nowhere" in r.getMessage()]) == 1

@@ -7,7 +7,7 @@ from gpu_monitoring.collectors.base import Collector, Fields, sample_key
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.metrics.names import PROCESSES_COUNT
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.node.cgroups import CgroupPaths
+from gpu_monitoring.node.cgroup_paths import CgroupPaths
 from gpu_monitoring.node.process_owners import ProcessOwners
 from gpu_monitoring.node.procfs import ProcFault, fault_of
 from gpu_monitoring.nvml import Listed, NvmlDevice, Usage
