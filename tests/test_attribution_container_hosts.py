@@ -1,5 +1,5 @@
 """Container hosts without Kubernetes: the dgx-h100 GPUs driven by Docker, Podman, nerdctl and
-standalone containerd containers and one host process, read from a real proc root whose cgroup
+standalone containerd containers and two host processes, read from a real proc root whose cgroup
 files are laid out as each runtime lays them out (the shapes tests/test_procfs.py takes from real
 nodes)."""
 
@@ -21,9 +21,10 @@ LAYOUTS = {
 }
 HOST_SESSION = "0::/user.slice/user-1000.slice/session-3.scope"
 CONTAINERS = {41021: DOCKER, 41022: DOCKER, 52310: PODMAN, 60211: NERDCTL, 60388: NERDCTL, 71002: None,
-              80417: CONTAINERD}
+              80417: CONTAINERD, 90114: None}
 GPUS = {0: DOCKER, 1: DOCKER, 2: PODMAN, 3: NERDCTL, 6: CONTAINERD}
-HOST_GPU = 4  # where 71002, in a login session, runs
+# Where 71002 and 90114, in a login session, run: 90114 holds GPU 7's memory and runs nothing.
+HOST_GPUS = {4, 7}
 
 
 @pytest.fixture
@@ -48,10 +49,14 @@ def test_processes_and_workloads_carry_their_container(container_host):
     assert {pid: pod_tags(stub.tags) for pid, stub in by_pid.items()} == {
         pid: {"container_id": container} if container else {} for pid, container in CONTAINERS.items()
     }
-    # The host's own process is a workload too, without a container's tags: its GPU's hours are spent.
+    # The host's own processes are a workload too, one on each GPU they run on, without a container's
+    # tags: those GPUs' hours are spent, idle (GPU 7) or not.
     assert _by_container(container_host, "workload.gpus") == {
-        **{(index, cid): 1.0 for index, cid in GPUS.items()}, (HOST_GPU, None): 1.0}
-    assert funnel(container_host)["allocated"] == len(GPUS) + 1  # the host process's GPU runs compute too
+        **{(index, cid): 1.0 for index, cid in GPUS.items()}, **{(index, None): 1.0 for index in HOST_GPUS}}
+    assert _by_container(container_host, "workload.idle") == {
+        **{(index, cid): 0.0 for index, cid in GPUS.items()}, (4, None): 0.0, (7, None): 1.0}
+    # The host processes' GPUs run compute too.
+    assert funnel(container_host)["allocated"] == len(GPUS) + len(HOST_GPUS)
 
 
 def test_the_agent_taggers_tags_name_a_container_it_knows(container_host):

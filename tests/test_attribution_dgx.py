@@ -1,7 +1,8 @@
 """Exclusive GPUs on Kubernetes (scenario dgx-h100): six pods hold seven of eight H100s.
 
 The funnel, each pod's workload, pod tags on the GPUs one container holds, process tags, the
-Agent tagger's tags, and what the GPUs and their idle time cost.
+Agent tagger's tags, and what the GPUs and their idle time cost. The eighth GPU was given to no pod,
+yet the process of a pod that failed still holds memory on it.
 """
 
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import tagger
+
+from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
 
 from .attribution_support import (
     MIB,
@@ -35,7 +38,7 @@ HELD = {
 FREE = 7
 IDLE_HOLDER = 5
 PROCESS_NAMES = {41021: "python3", 41022: "python3", 52310: "vllm-engine", 60211: "triton-server", 60388: "python3",
-                 71002: "jupyter-kernel", 80417: "torchrun"}
+                 71002: "jupyter-kernel", 80417: "torchrun", 90114: "python3"}
 WORKLOAD_MEMORY_MIB = {0: 71200, 1: 71100, 2: 40120, 3: 15000 + 7500, 4: 12800, 5: 0, 6: 54400}
 
 
@@ -113,15 +116,39 @@ def test_the_held_but_idle_gpu(dgx):
     assert dgx.values("cost.idle_hourly")[IDLE_HOLDER] == 4.0
 
 
+def finished_container(node):
+    """The one pod of the scenario that is over, and its one container."""
+    (pod,) = [pod for pod in node.check.simulated_node.pods if pod["phase"] in TERMINAL_PHASES]
+    (container,) = pod["containers"]
+    return pod, container
+
+
 def test_the_free_gpu_has_no_workload_and_no_pod(dgx, aggregator):
+    # A finished pod holds nothing: its process left on the free GPU makes no workload, and the GPU's
+    # own series name no pod. The process's own series name its owner, from its own cgroup.
+    pod, container = finished_container(dgx)
+    owner = {"pod_name": pod["name"], "kube_namespace": pod["namespace"], "kube_container_name": container["name"],
+             "container_id": container["container_id"]}
+    its_processes = set()
     for name in aggregator.metric_names:
         for stub in aggregator.metrics(name):
-            if tag_dict(stub.tags).get("gpu_index") == str(FREE):
-                assert not name.startswith("gpu_monitoring.workload."), (name, stub.tags)
+            tags = tag_dict(stub.tags)
+            if tags.get("gpu_index") != str(FREE):
+                continue
+            assert not name.startswith("gpu_monitoring.workload."), (name, stub.tags)
+            if name.startswith("gpu_monitoring.process."):
+                its_processes.add(int(tags["pid"]))
+                assert pod_tags(stub.tags) == owner, (name, stub.tags)
+            else:
                 assert pod_tags(stub.tags) == {}, (name, stub.tags)
-    for stub in aggregator.service_checks("gpu_monitoring.device.health"):
-        if tag_dict(stub.tags)["gpu_index"] == str(FREE):
-            assert pod_tags(stub.tags) == {}
+    assert its_processes == set(container["processes"])
+    (health,) = [s for s in aggregator.service_checks("gpu_monitoring.device.health")
+                 if tag_dict(s.tags)["gpu_index"] == str(FREE)]
+    assert pod_tags(health.tags) == {}
+    # Memory nobody holds the GPU to free: a WARNING that names the process and its pod.
+    assert health.status == AgentCheck.WARNING
+    for pid in container["processes"]:
+        assert f"pid {pid} (pod {pod['namespace']}/{pod['name']} is {pod['phase']})" in health.message
 
 
 def test_device_metrics_of_exclusive_gpus_carry_their_pod(dgx, aggregator):
@@ -156,9 +183,15 @@ def test_process_metrics_carry_pid_name_and_pod(dgx):
             assert tags["process_name"] == PROCESS_NAMES[pid]
             assert pod_tags(memory[pid].tags) == expected_pod_tags(dgx, index)
     assert memory[60211].value == 15000 * MIB and memory[60388].value == 7500 * MIB
+    # The failed pod's process on the free GPU: named, holding memory, running nothing.
+    (left_behind,) = set(PROCESS_NAMES) - {pid for *_, pids in HELD.values() for pid in pids}
+    assert tag_dict(memory[left_behind].tags)["gpu_index"] == str(FREE)
+    assert tag_dict(memory[left_behind].tags)["process_name"] == PROCESS_NAMES[left_behind]
+    assert memory[left_behind].value == 6144 * MIB
     sm = processes(dgx, "process.sm_utilization")
     assert set(sm) == set(PROCESS_NAMES)
-    assert all(0 < stub.value <= 100 for stub in sm.values())
+    assert all(0 < stub.value <= 100 for pid, stub in sm.items() if pid != left_behind)
+    assert sm[left_behind].value == 0
 
 
 def test_process_name_is_read_from_the_proc_root(node):

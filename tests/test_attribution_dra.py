@@ -22,7 +22,7 @@ from .conftest import H100_PCIE_NODE, tag_dict
 DRIVER = "gpu.nvidia.com"
 H100_PRICE = 4.0
 MONITOR = ("gpu-operator", "nvidia-dcgm-exporter-dra-7xk2p")
-IDLE_GPU = 7  # dgx-h100: no pod holds GPU 7
+IDLE_GPU = 7  # dgx-h100: no pod holds GPU 7; a failed pod's process is left on it
 
 
 class DraNode:
@@ -35,12 +35,13 @@ class DraNode:
         self.pods = self._pods()
 
     def _pods(self):
+        """The pods as the kubelet lists them: each in its scenario's phase (a failed pod's process is no workload)."""
         return {
             (pod["namespace"], pod["name"]): PodInfo(
                 uid=pod["uid"],
                 name=pod["name"],
                 namespace=pod["namespace"],
-                phase="Running",
+                phase=pod["phase"],
                 containers=[ContainerInfo(c["name"], c["container_id"], env=c.get("env", {}))
                             for c in pod["containers"]],
             )
@@ -139,6 +140,9 @@ def test_the_idle_gpu_is_not_allocated_nor_charged_to_anyone(dgx, aggregator):
     assert IDLE_GPU not in {key[0] for key, _ in shares(found)}
     assert found.devices[IDLE_GPU].price == H100_PRICE
     assert funnel(found)["allocated"] == 7
+    # The process a failed pod left on it makes nobody its holder: it is a zombie, holding its memory.
+    assert not found.devices[IDLE_GPU].holders
+    assert [zombie.pid for zombie in found.devices[IDLE_GPU].zombies] == [90114]
 
 
 def test_workload_series_carry_their_claim(dgx, aggregator):

@@ -5,16 +5,29 @@ the log says it once, and the kubelet is asked once per `pod_cache_ttl`."""
 import logging
 
 import pytest
+import yaml
 from datadog_checks.base import AgentCheck
 
+from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
 from gpu_monitoring.kube.pod_resources import ALLOCATABLE_METHOD
+from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 
 from .attribution_support import container_id, funnel, kubelet_check, kubelet_pods, pod_tags, processes, workloads
 from .conftest import tag_dict
 
-PIDS = {41021: "llm-pretrain-0", 41022: "llm-pretrain-0", 52310: "vllm-llama-70b-5d8f7c9b6-x2kqp",
-        60211: "triton-resnet-6c9f8d7b5-q8wzt", 60388: "triton-resnet-6c9f8d7b5-q8wzt", 71002: "jupyter-alice",
-        80417: "finetune-mistral-7b-0"}
+PODS = yaml.safe_load((SCENARIO_DIR / "dgx-h100.yaml").read_text())["kubernetes"]["pods"]
+
+
+def pids_of(pods):
+    """{pid: pod name} of the GPU processes the pods' containers run."""
+    return {pid: pod["name"] for pod in pods for container in pod["containers"]
+            for pid in container.get("processes", [])}
+
+
+PIDS = pids_of(pod for pod in PODS if pod.get("phase") not in TERMINAL_PHASES)
+# The process a pod that failed left on GPU 7, which nobody was given.
+LEFT_BEHIND = pids_of(pod for pod in PODS if pod.get("phase") in TERMINAL_PHASES)
+FREE_GPU = 7
 BUSY = [0, 1, 2, 3, 4, 6]
 LONG_TTL = 3600
 RUNS = 3
@@ -90,8 +103,8 @@ def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, rea
     # pod's tags to it), never the names of whoever holds its GPU; the GPU's own series carry the
     # holder pod-resources names, and that pod's workload is the one using it.
     by_pid = processes(dgx, "process.memory.used")
-    assert set(by_pid) == set(PIDS)
-    for pid, pod in PIDS.items():
+    assert set(by_pid) == set(PIDS) | set(LEFT_BEHIND)
+    for pid, pod in {**PIDS, **LEFT_BEHIND}.items():
         tags = pod_tags(by_pid[pid].tags)
         assert tags == {"container_id": container_id(dgx, pod)}, by_pid[pid].tags
         assert "process_name" in tag_dict(by_pid[pid].tags)
@@ -99,8 +112,18 @@ def test_metrics_keep_flowing_without_the_kubelet(node, caplog, how, status, rea
     assert set(PIDS.values()) <= held
     busy = {pod for (_, pod), idle in workloads(dgx, "workload.idle").items() if not idle}
     assert set(PIDS.values()) <= busy
-    (free,) = [s for s in dgx.series("utilization.gpu") if tag_dict(s.tags)["gpu_index"] == "7"]
-    assert pod_tags(free.tags) == {}
+    # GPU 7 was given to nobody, and without the kubelet nobody can tell the pod whose process runs on
+    # it failed: that is a container's process on a GPU nobody gave it, a workload holding none of it,
+    # not a zombie the GPU is warned of. As the one container on the GPU it names the GPU's series,
+    # by its container ID alone.
+    (pid,) = LEFT_BEHIND
+    leftover = {"container_id": container_id(dgx, LEFT_BEHIND[pid])}
+    (free,) = [s for s in dgx.series("utilization.gpu") if tag_dict(s.tags)["gpu_index"] == str(FREE_GPU)]
+    assert pod_tags(free.tags) == leftover
+    on_free = [(pod_tags(s.tags), s.value) for s in dgx.series("workload.gpus")
+               if tag_dict(s.tags)["gpu_index"] == str(FREE_GPU)]
+    assert on_free == [(leftover, 0)]
+    assert dgx.health()[FREE_GPU].status == AgentCheck.OK
     # One log line for the whole outage, not one per run.
     logged = warnings_logged(caplog)
     assert len(logged) == 1, logged
@@ -131,8 +154,10 @@ def test_busy_pods_are_not_reported_idle_while_the_kubelet_is_down(node):
     for stub in dgx.series("workload.idle"):
         index = int(tag_dict(stub.tags)["gpu_index"])
         idle.setdefault(index, []).append(stub.value)
-    # One workload per held GPU, busy on the GPUs whose processes run, as when the kubelet answers.
-    assert idle == {**{index: [0] for index in BUSY}, 5: [1]}
+    # One workload per held GPU, busy on the GPUs whose processes run, as when the kubelet answers;
+    # and on GPU 7, given to nobody, the process of a pod nobody can tell has failed: idle, holding none of it.
+    assert idle == {**{index: [0] for index in BUSY}, 5: [1], FREE_GPU: [1]}
+    assert dgx.values("workload.gpus")[FREE_GPU] == 0
     total_idle_cost = sum(s.value for s in dgx.series("workload.cost.idle_hourly"))
     assert total_idle_cost == 4.0  # jupyter-bob's GPU 5 only
 
@@ -196,7 +221,6 @@ def test_a_token_the_kubelet_no_longer_takes_is_critical(node):
 # --- the device plugin's view ------------------------------------------------------------
 
 NOT_OFFERED = "Kubernetes does not offer this GPU (the device plugin marked it unhealthy, or is down)"
-FREE_GPU = 7
 
 
 def allocatable(node):

@@ -2,13 +2,20 @@
 
 import logging
 
+import yaml
+
+from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 from gpu_monitoring.snapshot import Snapshot
 
 from .attribution_support import MIB, container_id, processes, workloads
 from .conftest import tag_dict
 
 TRITON_GPU = 3  # runs triton-server (15000 MiB) and python3 (7500 MiB) in one container
+# GPU 5 runs nothing; GPU 7 only holds the memory of the process a failed pod left on it.
 IDLE_GPUS = [5, 7]
+# The pids NVML lists on each GPU.
+PIDS = [[process["pid"] for process in device.get("processes", [])]
+        for device in yaml.safe_load((SCENARIO_DIR / "dgx-h100.yaml").read_text())["devices"]]
 
 
 def test_the_process_cap_keeps_the_largest_and_counts_the_rest(node):
@@ -29,7 +36,7 @@ def test_the_process_cap_keeps_the_largest_and_counts_the_rest(node):
 def test_no_cap_no_omitted_series(node):
     dgx = node("dgx-h100", max_processes_per_device=0).run()
     assert dgx.series("processes.omitted") == []
-    assert len(processes(dgx, "process.memory.used")) == 7
+    assert set(processes(dgx, "process.memory.used")) == {pid for pids in PIDS for pid in pids}
 
 
 def test_the_process_cap_does_not_change_workloads(node):
@@ -50,15 +57,18 @@ def test_no_new_process_samples_on_an_idle_gpu_is_no_error(node, caplog):
         calls = dgx.sim.calls["nvmlDeviceGetProcessUtilization"]
         dgx.run()
         per_run.append(dgx.sim.calls["nvmlDeviceGetProcessUtilization"] - calls)
-    # The 6 busy GPUs are asked once a run, after the first run learnt the room the driver wants for
-    # its sample buffer (INSUFFICIENT_SIZE, then asked again); the 2 idle ones list no process and
-    # are not asked (tests/test_nvml_calls.py has a listed process with no samples: NOT_FOUND).
-    assert per_run == [12, 6, 6]
+    # The GPUs that list a process are asked once a run, after the first run learnt the room the driver
+    # wants for its sample buffer (INSUFFICIENT_SIZE, then asked again): idle GPU 7 too, whose process
+    # ran no kernel (tests/test_nvml_calls.py: NOT_FOUND). GPU 5 lists no process and is not asked.
+    listing = sum(1 for pids in PIDS if pids)
+    assert per_run == [2 * listing, listing, listing]
     snapshot = dgx.check.source.read()
     for index in IDLE_GPUS:
         assert "nvmlDeviceGetProcessUtilization" not in snapshot.devices[index].unsupported
-        assert dgx.values("processes.count")[index] == 0
-    assert all(tag_dict(s.tags)["gpu_index"] not in ("5", "7") for s in dgx.series("process.sm_utilization"))
+        assert dgx.values("processes.count")[index] == len(PIDS[index])
+    on_idle = {pid: stub.value for pid, stub in processes(dgx, "process.sm_utilization").items()
+               if int(tag_dict(stub.tags)["gpu_index"]) in IDLE_GPUS}
+    assert on_idle == {pid: 0 for index in IDLE_GPUS for pid in PIDS[index]}
     assert dgx.check.warnings == []
     assert dgx.sim.failures == []
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
@@ -91,7 +101,10 @@ def test_snapshot_round_trip_keeps_allocations_and_process_owners(node):
     # The CRI-O container under the cgroupfs driver is found as well.
     assert owners[80417] == ("torchrun", container_id(dgx, "finetune-mistral-7b-0"),
                              pods["finetune-mistral-7b-0"]["uid"])
-    assert len(owners) == 7 and all(container and uid for _, container, uid in owners.values())
+    # The process a failed pod left behind keeps its owner too: its cgroup still names the pod.
+    assert owners[90114] == ("python3", container_id(dgx, "batch-eval-7f9c"), pods["batch-eval-7f9c"]["uid"])
+    assert set(owners) == {pid for pids in PIDS for pid in pids}
+    assert all(container and uid for _, container, uid in owners.values())
 
 
 def test_snapshot_round_trip_keeps_a_pod_resources_failure(node):

@@ -156,13 +156,19 @@ def test_workload_and_process_series_carry_their_pod(t4):
 
 def test_costs(t4):
     assert t4.values("cost.hourly") == {TIME_SLICED: T4_PRICE, MPS: T4_PRICE}
-    # Both GPUs do work: neither is idle as a whole.
-    assert t4.values("cost.idle_hourly") == {TIME_SLICED: 0.0, MPS: 0.0}
     share = {gpu: T4_PRICE / replicas for gpu, replicas in ADVERTISED.items()}
     assert workloads(t4, "workload.cost.hourly") == pytest.approx(
         {(gpu, pod): share[gpu] for pod, (gpu, _, _) in PODS.items()})
-    assert workloads(t4, "workload.cost.idle_hourly") == pytest.approx(
+    idle_workloads = workloads(t4, "workload.cost.idle_hourly")
+    assert idle_workloads == pytest.approx(
         {(gpu, pod): share[gpu] if pod in IDLE_PODS else 0.0 for pod, (gpu, _, _) in PODS.items()})
+    # Both GPUs do work, yet part of each is paid for idle: its idle pods' replicas, and the replicas
+    # nobody holds (half of GPU 0's).
+    held = {gpu: sum(1 for held_on, _, _ in PODS.values() if held_on == gpu) for gpu in ADVERTISED}
+    unheld = {gpu: (ADVERTISED[gpu] - held[gpu]) * share[gpu] for gpu in ADVERTISED}
+    assert unheld[TIME_SLICED] == pytest.approx(T4_PRICE / 2) and unheld[MPS] == 0
+    assert t4.values("cost.idle_hourly") == pytest.approx(
+        {gpu: sum(cost for (on, _), cost in idle_workloads.items() if on == gpu) + unheld[gpu] for gpu in ADVERTISED})
 
 
 def test_funnel(t4):

@@ -1,17 +1,24 @@
-"""A healthy DGX H100 (scenario dgx-h100): every metric group with the values the node should show."""
+"""A healthy DGX H100 (scenario dgx-h100): every metric group with the values the node should show.
+The one thing wrong on it: a process a failed pod left behind holds memory on GPU 7, which nobody holds."""
 
 import pytest
+import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_metadata_metrics
 
 from gpu_monitoring.metrics.spec import SPEC
+from gpu_monitoring.simulator.scenario import SCENARIO_DIR
 
 from .conftest import tag_dict
 
 MIB = 1024 * 1024
 GPUS = range(8)
 BUSY = [0, 1, 2, 3, 4, 6]
-IDLE = [5, 7]
+IDLE = [5, 7]  # no utilization: GPU 5 runs nothing, GPU 7 only the failed pod's process
+DEVICES = yaml.safe_load((SCENARIO_DIR / "dgx-h100.yaml").read_text())["devices"]
+MEMORY_USED_MIB = [device["load"]["memory_used_mib"] for device in DEVICES]
+PIDS = [[process["pid"] for process in device.get("processes", [])] for device in DEVICES]
+ZOMBIE_GPU, ZOMBIE_PID = 7, 90114
 IDLE_W, LIMIT_W = 72, 700
 SLOWDOWN_C = 89
 # Lowercase, as the Agent's gpu check tags them (the scenario writes them as NVML does).
@@ -60,9 +67,9 @@ def test_memory(dgx):
         assert total[index] == 81559 * MIB
         assert reserved[index] == 551 * MIB
         assert used[index] + free[index] + reserved[index] == total[index]
-    assert used[0] == 71200 * MIB
-    assert used[3] == 22500 * MIB
-    assert used[5] == used[7] == 0
+    # What the scenario's processes hold: GPU 7's too, though the pod that started its process failed.
+    assert used == {index: MEMORY_USED_MIB[index] * MIB for index in GPUS}
+    assert used[5] == 0 and used[ZOMBIE_GPU] > 0
     bar1_total, bar1_used = dgx.values("memory.bar1.total"), dgx.values("memory.bar1.used")
     for index in GPUS:
         assert bar1_total[index] == 131072 * MIB
@@ -121,8 +128,9 @@ def test_clocks(dgx):
     for index in BUSY:
         assert sm[index] > sm[5]
         assert pstate[index] == 0
+    # An idle GPU drops to P8 only with no process on it: a process's context holds it in P0.
     for index in IDLE:
-        assert pstate[index] == 8
+        assert pstate[index] == (0 if PIDS[index] else 8)
 
 
 def test_idle_gpus(dgx):
@@ -130,7 +138,7 @@ def test_idle_gpus(dgx):
     for index in IDLE:
         assert utilization[index] == 0
         assert idle[index] == 1
-        assert dgx.values("processes.count")[index] == 0
+        assert dgx.values("processes.count")[index] == len(PIDS[index])
     for index in BUSY:
         assert idle[index] == 0
 
@@ -204,13 +212,14 @@ def test_errors_processes_and_mig(dgx, aggregator):
         assert dgx.values(metric) == dict.fromkeys(GPUS, 0)
     # H100 remaps rows; it does not retire pages.
     assert dgx.series("retired_pages.single_bit") == []
-    assert dgx.values("processes.count") == {0: 1, 1: 1, 2: 1, 3: 2, 4: 1, 5: 0, 6: 1, 7: 0}
+    assert dgx.values("processes.count") == {index: len(PIDS[index]) for index in GPUS}
     assert dgx.values("mig.enabled") == dict.fromkeys(GPUS, 0)
     assert dgx.series("mig.instances") == []
     assert dgx.series("xid_errors") == []
 
 
-# The pods that hold each GPU (scenario dgx-h100): GPU 7 is free, the others each held by one container.
+# The pods that hold each GPU (scenario dgx-h100), each by one container. GPU 7 was given to no pod: the
+# process a failed pod left on it makes it nobody's.
 HOLDERS = {
     0: ("llm-pretrain-0", "ml-training", "trainer"),
     1: ("llm-pretrain-0", "ml-training", "trainer"),
@@ -291,13 +300,19 @@ def test_metrics_match_metadata(dgx, aggregator):
     aggregator.assert_metrics_using_metadata(get_metadata_metrics(), check_submission_type=True)
 
 
-def test_all_gpus_healthy(dgx):
+def test_all_gpus_healthy_but_the_zombies(dgx):
     health = dgx.health()
     assert set(health) == set(GPUS)
-    for stub in health.values():
-        assert stub.status == AgentCheck.OK
-        assert not stub.message
+    assert ZOMBIE_PID in PIDS[ZOMBIE_GPU]
+    for index, stub in health.items():
         assert "gpu_slicing_mode:none" in stub.tags
+        if index == ZOMBIE_GPU:
+            # Memory nobody will free on a GPU nobody holds: the next pod given it starts with less.
+            assert stub.status == AgentCheck.WARNING
+            assert f"pid {ZOMBIE_PID} (pod ml-training/batch-eval-7f9c is Failed)" in stub.message
+        else:
+            assert stub.status == AgentCheck.OK
+            assert not stub.message
 
 
 def test_versions_are_check_metadata(node, datadog_agent):

@@ -15,6 +15,9 @@ MAX_CALLS_PER_GPU = 20
 NODE_FUNCTIONS = {"nvmlEventSetWait_v2"}
 PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
                    "nvmlDeviceGetProcessUtilization")
+# dgx-h100's GPUs that list a process (GPU 7's is left over from a failed pod, and runs nothing): the
+# GPUs asked for process samples.
+LISTING = sum(1 for device in yaml.safe_load(resolve("dgx-h100").read_text())["devices"] if device.get("processes"))
 
 
 def dgx_variant(tmp_path, name, devices):
@@ -53,7 +56,7 @@ def test_dgx_h100_calls_per_gpu_per_run(node):
     assert calls["nvmlDeviceGetFieldValues"] == 1
     assert calls["nvmlDeviceGetPowerUsage"] == calls["nvmlDeviceGetEnforcedPowerLimit"] == 0
     assert calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
-    assert calls["nvmlDeviceGetProcessUtilization"] == 6 / 8  # GPUs 5 and 7 list no process
+    assert calls["nvmlDeviceGetProcessUtilization"] == LISTING / 8  # GPU 5 lists no process
     assert calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 0  # no MPS server
     # Nothing is asked twice of a GPU in one run, but the four clocks.
     assert {f for f, per_gpu in calls.items() if per_gpu > 1} == {"nvmlDeviceGetClockInfo"}
@@ -94,13 +97,14 @@ def test_a_process_count_that_jumps_between_runs_is_listed_whole(node, tmp_path)
     assert jumping.values("processes.count")[0] == 40
     listed = {41021} | {30000 + n for n in range(39)}
     assert pids_on(jumping, "process.memory.used", 0) == pids_on(jumping, "process.sm_utilization", 0) == listed
-    # Once a GPU (the process list) or a busy GPU (the samples), and the list once more on GPU 0.
+    # Once a GPU (the process list) or a GPU that lists a process (the samples), and the list once
+    # more on GPU 0.
     assert jumping.sim.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 8 + 1
-    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == 6
+    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == LISTING
     jumping.sim.calls.clear()
     jumping.run()
     assert jumping.sim.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 8
-    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == 6
+    assert jumping.sim.calls["nvmlDeviceGetProcessUtilization"] == LISTING
     assert jumping.sim.failures == []
 
 
@@ -113,8 +117,9 @@ def test_a_listed_process_without_samples_is_no_error(node, tmp_path):
     simulated.run()
     simulated.sim.calls.clear()
     simulated.run(2)
-    # GPU 5 lists a process that ran no kernel: NOT_FOUND, asked again every run, never "unsupported".
-    assert simulated.sim.calls["nvmlDeviceGetProcessUtilization"] == 2 * 7
+    # GPU 5 lists a process that ran no kernel: NOT_FOUND, asked again every run, never "unsupported";
+    # it is asked as every other GPU that lists one.
+    assert simulated.sim.calls["nvmlDeviceGetProcessUtilization"] == 2 * (LISTING + 1)
     assert processes(simulated, "process.sm_utilization")[55555].value == 0
     assert "nvmlDeviceGetProcessUtilization" not in simulated.check.source.read().devices[5].unsupported
 

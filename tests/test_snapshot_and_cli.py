@@ -118,10 +118,16 @@ def test_cli_json(capsys):
     for check in report["service_checks"]:
         assert set(check) == {"name", "status", "tags", "message"}
     assert report["events"] == []
+    health = {tag_dict(c["tags"])["gpu_index"]: (c["status"], c["message"]) for c in report["service_checks"]
+              if c["name"] == "gpu_monitoring.device.health"}
+    # Every GPU is OK but GPU 7, where the process of a pod that failed still holds memory.
+    assert {index for index, (status, _) in health.items() if status != "OK"} == {"7"}
+    assert health["7"][0] == "WARNING" and "pid 90114" in health["7"][1]
     statuses = {(c["name"], c["status"]) for c in report["service_checks"]}
     # dgx-h100 runs pods: its simulated kubelet and pod-resources socket answer.
     assert statuses == {
         ("gpu_monitoring.device.health", "OK"),
+        ("gpu_monitoring.device.health", "WARNING"),
         ("gpu_monitoring.nvml.can_connect", "OK"),
         ("gpu_monitoring.kubelet.can_connect", "OK"),
         ("gpu_monitoring.node.health", "OK"),
@@ -131,7 +137,7 @@ def test_cli_json(capsys):
     assert [m["value"] for m in count] == [8]
     temperatures = [m for m in report["metrics"] if m["name"] == "gpu_monitoring.temperature"]
     assert len(temperatures) == 8 and all(m["type"] == "gauge" for m in temperatures)
-    # The exclusive GPUs' series carry their pod; the free GPU 7 carries none.
+    # The exclusive GPUs' series carry their pod; GPU 7, given to no pod, carries none.
     pods = {tag_dict(m["tags"])["gpu_index"]: tag_dict(m["tags"]).get("pod_name") for m in temperatures}
     assert pods["0"] == pods["1"] == "llm-pretrain-0"
     assert pods["5"] == "jupyter-bob"

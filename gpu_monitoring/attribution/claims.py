@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from gpu_monitoring.attribution.holders import Holder, HolderKey, PodDirectory
 from gpu_monitoring.attribution.monitors import monitors
 from gpu_monitoring.attribution.places import Place, Places
-from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server, runs_compute
+from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server
 from gpu_monitoring.snapshot import Advertised, Allocation, Device, Process, Snapshot
 
 ClaimRef = Tuple[str, str]  # a DRA ResourceClaim's (namespace, name)
@@ -84,7 +84,7 @@ class Claimed:
 def claims(snapshot: Snapshot, held: List[Target], directory: PodDirectory) -> Claimed:
     if snapshot.allocations.source != "pod_resources":
         jobs = _slurm_claims(snapshot)
-        allocated = {d.index for d in snapshot.devices if runs_compute(d)} | {key[0] for key in jobs}
+        allocated = {d.index for d in snapshot.devices if _in_use(d, directory)} | {key[0] for key in jobs}
         unknown = dict.fromkeys((d.index for d in snapshot.devices), None)
         return Claimed(jobs, _sharing(held, jobs), allocated, unknown, None, [], False)
     # One resolver for both allocations and advertised IDs: most IDs are in both, resolved once.
@@ -110,6 +110,13 @@ def claims(snapshot: Snapshot, held: List[Target], directory: PodDirectory) -> C
         problems=problems,
         from_pod_resources=True,
     )
+
+
+def _in_use(device: Device, directory: PodDirectory) -> bool:
+    """Runs a compute process of anyone's but a finished pod's: what is left of one holds nothing."""
+    processes = device.processes + [p for i in device.mig_instances for p in i.processes]
+    owners = (directory.for_process(p) for p in processes if p.kind == "compute")
+    return any(owner is None or not owner.finished for owner in owners)
 
 
 def _slurm_claims(snapshot: Snapshot) -> Dict[TargetKey, Claims]:

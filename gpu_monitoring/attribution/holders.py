@@ -4,7 +4,7 @@ cgroup, and Slurm jobs named by their processes' cgroups."""
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from gpu_monitoring.kube.pod_list import ContainerInfo, PodInfo
+from gpu_monitoring.kube.pod_list import TERMINAL_PHASES, ContainerInfo, PodInfo
 from gpu_monitoring.snapshot import Allocation, Process, SlurmJob
 
 HolderKey = Tuple[str, ...]
@@ -22,6 +22,11 @@ class Holder:
     env: Dict[str, str] = field(default_factory=dict)
     slurm: Optional[SlurmJob] = None  # a Slurm job holds it: the job's tags, not a container's
     phase: Optional[str] = None  # the pod's phase, where the kubelet lists it
+
+    @property
+    def finished(self) -> bool:
+        """Its pod is Succeeded or Failed: it holds nothing, whatever its processes left behind."""
+        return self.phase in TERMINAL_PHASES
 
     def tags(self, tagger: Tagger) -> List[str]:
         """The Agent tagger's tags when it knows the container (they carry the user's pod-label

@@ -20,7 +20,6 @@ from gpu_monitoring.attribution.holders import Holder
 from gpu_monitoring.attribution.owners import ProcessOwners
 from gpu_monitoring.attribution.targets import Target, TargetKey
 from gpu_monitoring.attribution.workloads import Workload
-from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
 from gpu_monitoring.snapshot import CgroupUse, Node, Process
 
 THROTTLED = 20.0  # % of CPU periods
@@ -53,7 +52,7 @@ def zombies(held: List[Target], owners: ProcessOwners) -> Dict[TargetKey, List[Z
 def _zombie(process: Process, owner: Optional[Holder]) -> Optional[str]:
     if process.state in STUCK_STATES:
         return STUCK_STATES[process.state]
-    if owner is not None and owner.phase in TERMINAL_PHASES:
+    if owner is not None and owner.finished:
         return f"pod {owner.namespace}/{owner.pod} is {owner.phase}"
     return None
 

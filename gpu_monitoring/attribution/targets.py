@@ -27,10 +27,5 @@ def targets(snapshot: Snapshot) -> List[Target]:
     return found
 
 
-def runs_compute(device: Device) -> bool:
-    processes = device.processes + [p for i in device.mig_instances for p in i.processes]
-    return any(p.kind == "compute" for p in processes)
-
-
 def is_mps_server(process: Process) -> bool:
     return (process.name or "").startswith("nvidia-cuda-mps")

@@ -9,7 +9,6 @@ from gpu_monitoring.attribution.claims import Claimed, ClaimRef, Claims
 from gpu_monitoring.attribution.holders import Holder, HolderKey
 from gpu_monitoring.attribution.owners import ProcessOwners
 from gpu_monitoring.attribution.targets import Target, TargetKey, is_mps_server
-from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
 from gpu_monitoring.snapshot import CgroupUse, Device, MigInstance, Process
 
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -120,7 +119,7 @@ def _users(target: Target, owners: ProcessOwners, on_kubernetes: bool) -> Dict[H
     for process in target.processes:
         holder = owners.get((target.key, process.pid)) or (None if on_kubernetes else Holder(HOST_KEY))
         # A finished pod is no workload, whatever its processes left behind (idle_reasons calls them zombies).
-        if holder is not None and holder.phase not in TERMINAL_PHASES and not is_mps_server(process):
+        if holder is not None and not holder.finished and not is_mps_server(process):
             users.setdefault(holder.key, (holder, []))[1].append(process)
     return users
 

@@ -23,6 +23,7 @@ same prototype that answers the code (or calls the simulator's own entry point):
 check run unmodified, as they would against a driver that answers so.
 """
 
+import copy
 import json
 import logging
 import shutil
@@ -42,6 +43,7 @@ from datadog_checks.base.stubs import aggregator as _aggregator
 from gpu_monitoring import simulator
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.collectors.node_reader import NodeReader
+from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
 from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
@@ -73,6 +75,14 @@ IDENTITY_SYMBOLS = {"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciI
                     "nvmlDeviceGetArchitecture"}
 READING_SYMBOLS = sorted(set(DEVICE_SYMBOLS) - IDENTITY_SYMBOLS)
 PROCESS_SYMBOLS = sorted(name for name in DEVICE_SYMBOLS if "Process" in name)
+DGX = yaml.safe_load((SCENARIO_DIR / "dgx-h100.yaml").read_text())
+# The processes NVML lists on each GPU of dgx-h100.
+PROCESS_COUNTS = {index: len(device.get("processes", [])) for index, device in enumerate(DGX["devices"])}
+# The process a pod that failed left on a GPU given to no one: a zombie, that GPU's one WARNING.
+FINISHED = {pid for pod in DGX["kubernetes"]["pods"] if pod.get("phase") in TERMINAL_PHASES
+            for container in pod["containers"] for pid in container.get("processes", [])}
+((ZOMBIE_GPU, ZOMBIE_PID),) = [(index, process["pid"]) for index, device in enumerate(DGX["devices"])
+                               for process in device.get("processes", []) if process["pid"] in FINISHED]
 
 
 # --- the subjects: a check and what the last run submitted -----------------------------------------
@@ -121,16 +131,22 @@ def loud(caplog) -> List[str]:
 # --- what faults must leave alone ---------------------------------------------------------------------
 
 
-def devices_intact(gpus=GPUS, metrics=DEVICE_METRICS, healthy=None):
+def devices_intact(gpus=GPUS, metrics=DEVICE_METRICS, healthy=None, zombie_seen=True):
     """Every reading of `gpus` is submitted (and no other GPU's), NVML answers (what it cannot give
-    is another matter), each (`healthy`) GPU is OK."""
+    is another matter), each (`healthy`) GPU is OK but the zombie's. That one is WARNING, naming the
+    zombie, where the fault leaves the check what it needs to call it one (`zombie_seen`: NVML lists
+    the process, /proc ties it to its pod, the kubelet says the pod failed), and OK where it does not."""
 
     def check(subject: SimulatedNode) -> None:
         for metric in metrics:
             assert set(subject.values(metric)) == set(gpus), metric
         assert service_check(NVML_CHECK).status != CRITICAL
         for gpu in gpus if healthy is None else healthy:
-            assert service_check(HEALTH_CHECK, gpu).status == OK, service_check(HEALTH_CHECK, gpu).message
+            stub = service_check(HEALTH_CHECK, gpu)
+            if gpu == ZOMBIE_GPU and zombie_seen:
+                assert stub.status == WARNING and f"pid {ZOMBIE_PID} " in stub.message, stub.message
+            else:
+                assert stub.status == OK, stub.message
 
     return check
 
@@ -144,6 +160,13 @@ def pods_named(subject: SimulatedNode) -> None:
 def kubernetes_intact(subject: SimulatedNode) -> None:
     """Only Kubernetes failed: every device series of the eight GPUs is there, and their pods named."""
     devices_intact()(subject)
+    pods_named(subject)
+
+
+def kubelet_intact(subject: SimulatedNode) -> None:
+    """Only the kubelet failed: as kubernetes_intact, but no pod's phase is known, so the failed pod's
+    process is only a container's process on a GPU nobody was given: its GPU is OK."""
+    devices_intact(zombie_seen=False)(subject)
     pods_named(subject)
 
 
@@ -187,7 +210,7 @@ class Env:
     def scenario(self, faults=(), unsupported: Optional[Dict[int, List[str]]] = None,
                  missing: Optional[List[str]] = None) -> str:
         """dgx-h100 (eight H100, six pods, a kubelet) with a timeline of faults and refused functions."""
-        raw = yaml.safe_load((SCENARIO_DIR / "dgx-h100.yaml").read_text())
+        raw = copy.deepcopy(DGX)
         raw["faults"] = list(faults)
         for index, names in (unsupported or {}).items():
             raw["devices"][index]["unsupported"] = list(names)
@@ -325,6 +348,7 @@ def refused_gpu_is_read_nowhere_else(subject: SimulatedNode) -> None:
 
 
 def every_gpu_healthy(subject: SimulatedNode) -> None:
+    # The zombie's GPU too: a driver without the process queries lists no process to call one.
     for gpu in GPUS:
         assert service_check(HEALTH_CHECK, gpu).status == OK, service_check(HEALTH_CHECK, gpu).message
 
@@ -555,7 +579,7 @@ def remove_proc_root(subject: SimulatedNode) -> None:
 
 def processes_still_listed(subject: SimulatedNode) -> None:
     # NVML still lists every process: each is counted on its GPU, only the /proc details are gone.
-    assert subject.values("processes.count") == {0: 1, 1: 1, 2: 1, 3: 2, 4: 1, 5: 0, 6: 1, 7: 0}
+    assert subject.values("processes.count") == PROCESS_COUNTS
 
 
 # --- the matrix ------------------------------------------------------------------------------------
@@ -581,24 +605,25 @@ CASES = [
          all_of(still_counted, every_gpu_healthy, kubelet_ok)),
     Case("driver-lacks-every-device-function", driver_lacks(DEVICE_SYMBOLS), NVML_CHECK, OK, None,
          all_of(still_counted, kubelet_ok)),
+    # Refused once, then remembered (no count); no process listed, so no zombie either.
     Case("no-permission-for-processes", no_permission, NVML_CHECK, WARNING, "no permission",
-         all_of(devices_intact(), no_process_series, kubelet_ok)),  # refused once, then remembered (no count)
+         all_of(devices_intact(zombie_seen=False), no_process_series, kubelet_ok)),
     Case("event-registration-fails-then-works", registration_fails, NVML_CHECK, WARNING, "events are not watched",
          all_of(devices_intact(), kubelet_ok, refused("nvmlDeviceRegisterEvents", len(GPUS))),
          heal=stop_failing, heal_runs=2, healed=all_of(devices_intact(healthy=GPUS - {0}), xid_seen_once(0, 48))),
     # kubelet
     Case("kubelet-refused", kubelet_refused, KUBELET_CHECK, WARNING, "cannot connect to the kubelet",
-         kubernetes_intact),
-    Case("kubelet-401", kubelet("unauthorized"), KUBELET_CHECK, CRITICAL, "(HTTP 401)", kubernetes_intact,
+         kubelet_intact),
+    Case("kubelet-401", kubelet("unauthorized"), KUBELET_CHECK, CRITICAL, "(HTTP 401)", kubelet_intact,
          heal=kubelet_ok_again, healed=kubernetes_intact),
-    Case("kubelet-403", kubelet_403, KUBELET_CHECK, CRITICAL, "(HTTP 403)", kubernetes_intact),
-    Case("kubelet-500", kubelet("error"), KUBELET_CHECK, WARNING, "HTTP 500", kubernetes_intact,
+    Case("kubelet-403", kubelet_403, KUBELET_CHECK, CRITICAL, "(HTTP 403)", kubelet_intact),
+    Case("kubelet-500", kubelet("error"), KUBELET_CHECK, WARNING, "HTTP 500", kubelet_intact,
          heal=kubelet_ok_again, healed=kubernetes_intact),
     Case("kubelet-slow", kubelet("slow", kubelet_timeout=TIMEOUT), KUBELET_CHECK, WARNING,
-         "did not answer in time", kubernetes_intact, heal=kubelet_ok_again, healed=kubernetes_intact),
-    Case("kubelet-wrong-ca", kubelet_wrong_ca, KUBELET_CHECK, CRITICAL, "TLS verification", kubernetes_intact),
+         "did not answer in time", kubelet_intact, heal=kubelet_ok_again, healed=kubernetes_intact),
+    Case("kubelet-wrong-ca", kubelet_wrong_ca, KUBELET_CHECK, CRITICAL, "TLS verification", kubelet_intact),
     Case("kubelet-garbage", kubelet("garbage"), KUBELET_CHECK, CRITICAL, "did not send a valid pod list",
-         kubernetes_intact, heal=kubelet_ok_again, healed=kubernetes_intact),
+         kubelet_intact, heal=kubelet_ok_again, healed=kubernetes_intact),
     # pod-resources
     Case("pod-resources-missing", pod_resources_missing, KUBELET_CHECK, WARNING, "does not exist",
          kubernetes_intact),
@@ -621,9 +646,9 @@ CASES = [
          nothing_submitted, warmup=1, inject=break_sidecar, heal=mend_sidecar, healed=sidecar_series),
     # /proc
     Case("proc-pid-dirs-vanish", dgx, KUBELET_CHECK, OK, None,
-         all_of(devices_intact(), processes_still_listed), warmup=1, inject=remove_pid_dirs),
+         all_of(devices_intact(zombie_seen=False), processes_still_listed), warmup=1, inject=remove_pid_dirs),
     Case("proc-root-vanishes", dgx, KUBELET_CHECK, OK, None,
-         all_of(devices_intact(), processes_still_listed), warmup=1, inject=remove_proc_root),
+         all_of(devices_intact(zombie_seen=False), processes_still_listed), warmup=1, inject=remove_proc_root),
 ]
 
 
