@@ -2,8 +2,9 @@
 `stat` call of its directory tells it is the same), `stat` and the owner's files for a process
 not seen before or a pid the kernel gave to a new process, `stat` alone when the kernel made the
 directory of a known process anew; a process is looked at once per run however many GPUs list
-it. Besides, each listed process's `stat` is read once a run for its state (node.cgroups), which
-`identified` leaves out. Opens are counted with an audit hook, as the interpreter reports them."""
+it. Besides, the `stat` of each listed process that ran no kernel over the interval is read once a run
+for its state (node.cgroups), which `identified` leaves out. Opens are counted with an audit hook, as
+the interpreter reports them."""
 
 import sys
 from collections import Counter
@@ -44,18 +45,32 @@ def listed_pids(dgx):
     return {int(tag_dict(s.tags)["pid"]) for s in dgx.series("process.memory.used")}
 
 
+def idle_pids(dgx):
+    """The listed processes that ran no kernel in the last run (their SM use is `full`'s series)."""
+    return {int(tag_dict(s.tags)["pid"]) for s in dgx.series("process.sm_utilization") if s.value == 0}
+
+
 def identified(counted, dgx, runs=1):
-    """What was read to tell who the processes are: the opens less each listed process's `stat` once a run,
-    read for its state."""
-    return counted - Counter({f"{pid}/stat": runs for pid in listed_pids(dgx)})
+    """What was read to tell who the processes are: the opens less the `stat` of each process that ran no
+    kernel, once a run, read for its state (the same processes run after run on the simulated node)."""
+    return counted - Counter({f"{pid}/stat": runs for pid in idle_pids(dgx)})
 
 
 def test_a_known_process_costs_no_read(node, opens):
-    dgx = node("dgx-h100").run()
+    dgx = node("dgx-h100", metrics_profile="full").run()
     counted = opens(dgx.check.derived.proc_root)
     dgx.run(3)
     assert listed_pids(dgx)
     assert identified(counted, dgx, 3) == Counter()
+
+
+def test_only_a_process_that_ran_no_kernel_has_its_state_read(node, opens):
+    dgx = node("dgx-h100", metrics_profile="full").run(2)
+    counted = opens(dgx.check.derived.proc_root)
+    dgx.run()
+    sm = {int(tag_dict(s.tags)["pid"]): s.value for s in dgx.series("process.sm_utilization")}
+    assert 0 < len([v for v in sm.values() if v > 0]) < len(sm), "some processes busy, some not"
+    assert counted == Counter({f"{pid}/stat": 1 for pid, value in sm.items() if value == 0})
 
 
 def containers(dgx):
@@ -64,7 +79,7 @@ def containers(dgx):
 
 
 def test_a_reused_pid_is_read_again(node, opens):
-    dgx = node("dgx-h100").run()
+    dgx = node("dgx-h100", metrics_profile="full").run()
     root = Path(dgx.check.derived.proc_root)
     # pid 52310 exits and the kernel gives its number to a process of another container.
     other = "f" * 64
@@ -77,7 +92,7 @@ def test_a_reused_pid_is_read_again(node, opens):
 
 
 def test_a_known_process_whose_directory_is_made_anew_costs_one_read(node, opens):
-    dgx = node("dgx-h100").run()
+    dgx = node("dgx-h100", metrics_profile="full").run()
     root = Path(dgx.check.derived.proc_root)
     before = containers(dgx)[52310]
     # The kernel dropped the directory from its cache: the same process (same start time), new

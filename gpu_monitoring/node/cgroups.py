@@ -28,8 +28,9 @@ previous run, on the injected clock:
 - `quota_cores`: quota / period; None where unbounded.
 
 Cost per run: three small reads per cgroup on v2 (two on v1), the quota's once a minute, and one `stat`
-read per process, each through the file descriptor (node.read_value); on the simulated dgx-h100 (six
-workloads, eight processes) some 0.15 ms. Placing a process's cgroup is done once, with its owner.
+read per process that ran no kernel, each through the file descriptor (node.read_value); on the simulated
+dgx-h100 (six workloads, eight processes) about 0.1 ms (`scripts/bench.py --cgroups`). Placing a process's
+cgroup is done once, with its owner.
 """
 
 import logging
@@ -216,12 +217,16 @@ class WorkloadCgroups:
         return found
 
     def _set_states(self, processes: Iterable[Process]) -> List[str]:
-        """Each process's state, read once per pid; the distinct cgroups of them, in order."""
+        """The state of each process that ran no kernel over the interval (or that NVML samples no use of),
+        read once per pid: one that ran kernels is neither defunct nor stuck, and its `stat` is left
+        unread, so a busy node reads no file of a process it has seen before. The distinct cgroups of
+        all of them, in order."""
         states: Dict[int, Optional[str]] = {}
         paths: Dict[str, None] = {}
         for process in processes:
             if process.pid not in states:
-                states[process.pid] = process_state(self.proc_root, process.pid)
+                ran = process.sm_utilization is not None and process.sm_utilization > 0
+                states[process.pid] = None if ran else process_state(self.proc_root, process.pid)
             process.state = states[process.pid]
             if process.cgroup is not None:
                 paths[process.cgroup] = None
