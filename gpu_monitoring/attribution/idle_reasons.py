@@ -9,7 +9,8 @@ reason, the first that holds, from what its processes and its cgroup showed over
 - io_wait / memory_pressure: PSI's `some avg10` of its cgroup at least PRESSURE % (the share of the last
   ten seconds in which at least one of its tasks stalled on IO or memory, Documentation/accounting/psi.rst);
 - zombie: GPU memory on the target is held by processes whose pod is finished (Succeeded or Failed), or
-  that are defunct (Z) or stuck in uninterruptible sleep (D) (`/proc/<pid>/stat` field 3, proc(5));
+  that are defunct (Z) or stuck in uninterruptible sleep (D, told by node.cgroups where it lasted from one
+  run to the next) (`/proc/<pid>/stat` field 3, proc(5));
 - unknown: none of these.
 """
 

@@ -39,7 +39,7 @@ import os
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple, Union
 
 from gpu_monitoring.node import read_count, read_value
 from gpu_monitoring.node.cgroup_paths import (
@@ -53,6 +53,7 @@ from gpu_monitoring.snapshot import CgroupUse, Process
 
 log = logging.getLogger(__name__)
 
+UNINTERRUPTIBLE = "D"  # proc(5), /proc/<pid>/stat field 3
 QUOTA_EVERY = 60.0  # seconds between reads of a cgroup's quota
 FORGET_AFTER = 600.0  # a cgroup no GPU process was seen in for this long is forgotten
 _PSI_SOME = "some avg10="
@@ -191,6 +192,7 @@ class WorkloadCgroups:
         self.clock = clock
         self._cgroups: Dict[str, _Cgroup] = {}
         self._unreadable_said = False
+        self._sleeping: Set[int] = set()  # pids read in uninterruptible sleep (D) by the last run
 
     @cached_property
     def cpu_cores(self) -> Optional[int]:
@@ -219,8 +221,10 @@ class WorkloadCgroups:
     def _set_states(self, processes: Iterable[Process]) -> List[str]:
         """The state of each process that ran no kernel over the interval (or that NVML samples no use of),
         read once per pid: one that ran kernels is neither defunct nor stuck, and its `stat` is left
-        unread, so a busy node reads no file of a process it has seen before. The distinct cgroups of
-        all of them, in order."""
+        unread, so a busy node reads no file of a process it has seen before. A process passes through
+        uninterruptible sleep (D) on any disk or driver wait: D counts only where the run before read it
+        too, and is None (not told) the first time. The distinct cgroups of all of them, in order."""
+        processes = list(processes)
         states: Dict[int, Optional[str]] = {}
         paths: Dict[str, None] = {}
         for process in processes:
@@ -230,6 +234,11 @@ class WorkloadCgroups:
             process.state = states[process.pid]
             if process.cgroup is not None:
                 paths[process.cgroup] = None
+        sleeping = {pid for pid, state in states.items() if state == UNINTERRUPTIBLE}
+        for process in processes:
+            if process.state == UNINTERRUPTIBLE and process.pid not in self._sleeping:
+                process.state = None
+        self._sleeping = sleeping
         return list(paths)
 
     def _tree_readable(self) -> bool:
