@@ -1,6 +1,8 @@
 """The node's verdict: GPUs that do not reach NVML, layer by layer; ports down, slow, flapping or too
 few; and the ports' series. Snapshots are built as the node reader fills them from sysfs."""
 
+import logging
+
 import pytest
 
 from gpu_monitoring.health.node_health import NodeJudge, expectation
@@ -70,8 +72,23 @@ def test_a_gpu_passed_to_a_virtual_machine_is_not_missing():
     functions = [gpu_function(a) for a in ADDRESSES[:3]] + [gpu_function(ADDRESSES[3], driver="vfio-pci")]
     verdict = judge().judge(snapshot(functions, in_nvml=ADDRESSES[:3], in_driver=ADDRESSES[:3]))
     assert verdict.health.status is Status.OK
-    assert verdict.health.reasons == ["0000:5d:00.0 is bound to vfio-pci: passed to a virtual machine, not missing"]
+    # No fault: said in the log, not in the OK service check's message (the Agent drops it; its stub refuses it).
+    assert verdict.health.message == "" and verdict.health.reasons == []
+    assert verdict.health.notes == ["0000:5d:00.0 is bound to vfio-pci: passed to a virtual machine, not missing"]
     assert verdict.gpus_on_bus == 3
+
+
+def test_a_note_is_logged_once_and_joins_a_faults_message(caplog):
+    functions = [gpu_function(a) for a in ADDRESSES[:3]] + [gpu_function(ADDRESSES[3], driver="vfio-pci")]
+    judged = judge()
+    caplog.set_level(logging.INFO, logger="gpu_monitoring.health.node_health")
+    for _ in range(3):
+        judged.judge(snapshot(functions, in_nvml=ADDRESSES[:3], in_driver=ADDRESSES[:3]))
+    assert len([r for r in caplog.records if "passed to a virtual machine" in r.getMessage()]) == 1
+    # With a fault beside it, the note is part of the message that says what is and is not wrong.
+    missing = judged.judge(snapshot(functions, in_nvml=ADDRESSES[:2], in_driver=ADDRESSES[:3]))
+    assert missing.health.status is Status.CRITICAL
+    assert missing.health.message.endswith("passed to a virtual machine, not missing")
 
 
 def test_nvswitches_and_audio_functions_are_not_gpus():

@@ -50,11 +50,17 @@ class Health:
     reasons: List[str] = field(default_factory=list)
     # This run's verdicts that ask for an action, by what they are about (`xid:48`, `dbe`, `recovery`).
     holdable: Dict[str, Holdable] = field(default_factory=dict)
+    # What is worth saying and is no fault (a GPU passed to a virtual machine): the log's, once, and a
+    # WARNING's or CRITICAL's message's; an OK service check carries no message (the Agent drops it).
+    notes: List[str] = field(default_factory=list)
 
     def add(self, status: Status, reason: str, hold: Optional[str] = None, reset: bool = False,
             since: Optional[float] = None) -> None:
         """One reason; `hold` names a verdict that asks for an action, to be held until it is fixed, from
         `since` (a fault the kernel's log tells of after the fact) or else from the run that saw it."""
+        if status is Status.OK:
+            self.notes.append(reason)
+            return
         self.reasons.append(reason)
         self.status = max(self.status, status)
         if hold is not None:
@@ -62,7 +68,8 @@ class Health:
 
     @property
     def message(self) -> str:
-        return "; ".join(self.reasons)
+        """The service check's message: none while OK."""
+        return "; ".join(self.reasons + self.notes) if self.status is not Status.OK else ""
 
 
 def evaluate(

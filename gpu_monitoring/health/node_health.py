@@ -100,6 +100,7 @@ class NodeJudge:
         self.exclude = list(exclude)
         self._previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]] = {}
         self._told: Optional[str] = None
+        self._noted: List[str] = []
 
     def judge(self, snapshot: Snapshot, nvml_read: bool = True, init_failures: Optional[Mapping[str, str]] = None,
               aer: Optional[Dict[str, Counts]] = None) -> NodeVerdict:
@@ -118,7 +119,14 @@ class NodeJudge:
             _network(health, ports, wanted, self._previous)
         kernel_record(health, snapshot.events, _nic_ports(ports), aer or {}, snapshot.node.kernel_log_problem)
         self._previous = {(p.device, p.port): (read_at, dict(p.counters)) for p in ports}
+        self._note(health.notes)
         return NodeVerdict(health, on_bus, series)
+
+    def _note(self, notes: List[str]) -> None:
+        """What is no fault but worth knowing (a GPU passed to a virtual machine): logged once per change."""
+        if notes and notes != self._noted:
+            log.info("node: %s", "; ".join(notes))
+        self._noted = notes
 
     def _excluded(self, port: NetworkPort) -> bool:
         names = [port.device, f"{port.device}/{port.port}"] + ([port.netdev] if port.netdev else [])

@@ -20,7 +20,7 @@ class Status(IntEnum):
 
 
 class ReasonedServiceCheck:
-    """One service check, sent every run with the reason for its status as its message.
+    """One service check, sent every run with the reason for its status as its message (none while OK).
 
     The log tells each change once, not every run: a new reason at WARNING level (`problem`, or
     `critical` for a CRITICAL status where that line differs), and `cleared` at INFO when the
@@ -40,10 +40,14 @@ class ReasonedServiceCheck:
         if (status, reason) != self._told:
             self._log(status, reason)
             self._told = (status, reason)
-        self._check.service_check(self._name, status, tags=self._tags, message=reason)
+        # An OK service check carries no message: the Agent drops it (and its test stub refuses it).
+        self._check.service_check(self._name, status, tags=self._tags,
+                                  message=reason if status is not Status.OK else None)
 
     def _log(self, status: Status, reason: Optional[str]) -> None:
-        if reason:
+        if reason and status is Status.OK:
+            self._check.log.info(self._problem, reason)
+        elif reason:
             self._check.log.warning(self._critical if status is Status.CRITICAL else self._problem, reason)
         elif self._told[1]:
             self._check.log.info(self._cleared)
