@@ -3,7 +3,7 @@ escalation, and the form kept in the persistent cache."""
 
 import pytest
 
-from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health
 from gpu_monitoring.health.held_verdicts import NODE, HeldVerdicts
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Device
@@ -168,3 +168,17 @@ def test_a_gpu_no_longer_listed_is_forgotten():
     judged(held, gpu(), 1000.0, dbe())
     held.forget_others(["GPU-another"])
     assert held.records == {}
+
+
+def test_a_held_reason_says_when_not_since_the_last_run():
+    """A flap told "since the last run" is held in words true on every later run: what happened, and when."""
+    held = HeldVerdicts(3600.0)
+    flap = Health()
+    flap.add(Status.WARNING, f"port mlx5_1/1 flapped: its link went down 1 time{SINCE_LAST_RUN}",
+             hold="flap:mlx5_1/1")
+    held.judge_node(flap, 1000.0)
+    for now in (1015.0, 1900.0):
+        later = Health()
+        held.judge_node(later, now)
+        assert later.reasons == ["port mlx5_1/1 flapped: its link went down 1 time (held since 1970-01-01 00:16:40 "
+                                 "UTC: until the node reboots or fault_hold passes)"]

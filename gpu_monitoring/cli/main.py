@@ -9,7 +9,7 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -48,8 +48,9 @@ STATUS_EXIT = ("exit status: 0 when the install works and no GPU or node is CRIT
 def main(argv: Optional[List[str]] = None) -> int:
     for name, value in GRPC_QUIET.items():
         os.environ.setdefault(name, value)
-    parser = _parser()
+    parser, commands = _parser()
     args = parser.parse_args(argv)
+    usage_error = commands[args.command].error
     if args.command == "metadata":
         return _printing(lambda: write_metadata(args.write))
     if args.command == "sidecar":
@@ -57,9 +58,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "healthz":
         return sidecar_command.run_healthz(args)
     if args.runs is not None and args.runs < 1:
-        parser.error("--runs must be at least 1")
+        usage_error("--runs must be at least 1")
+    if args.whole_timeline and args.runs is not None:
+        usage_error("--whole-timeline and --runs cannot be used together: the timeline sets how many runs")
     if args.source == "local" and args.socket:
-        parser.error("--socket is the sidecar's: use it with --source sidecar")
+        usage_error("--socket is the sidecar's: use it with --source sidecar")
     return _printing(lambda: _run_or_explain(args))
 
 
@@ -81,11 +84,24 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
-def _parser() -> argparse.ArgumentParser:
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. argparse hands what a subcommand does not know back to the top level,
+    whose error prints the top level's usage; the subcommand's own usage is what shows its options."""
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None,
+                         namespace: Optional[argparse.Namespace] = None) -> Tuple[argparse.Namespace, List[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def _parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
+    """The parser, and each subcommand's, whose error() gives that subcommand's usage."""
     parser = argparse.ArgumentParser(prog="gpu-monitoring", description="NVIDIA GPU monitoring for Datadog",
                                      epilog=GRPC_NOTE, formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparser = functools.partial(argparse.ArgumentParser, formatter_class=_Formatter)
+    subparser = functools.partial(_CommandParser, formatter_class=_Formatter)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=subparser)
     run_options = _run_options()
     check = commands.add_parser(
@@ -112,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     metadata = commands.add_parser("metadata", help="print metadata.csv as generated from the metric spec")
     metadata.add_argument("--write", metavar="PATH", help="write it to PATH (default: standard output)")
     sidecar_command.add_parsers(commands)
-    return parser
+    return parser, commands.choices
 
 
 def _run_options() -> argparse.ArgumentParser:
@@ -157,7 +173,8 @@ def _scenarios() -> str:
 
 
 class ConfigFileError(Exception):
-    """The --config file cannot be read as init_config and a list of instances."""
+    """The --config file cannot be read as init_config and a list of instances, or the instances it
+    gives cannot be run as the command line asks."""
 
 
 def _run_or_explain(args: argparse.Namespace) -> int:
@@ -221,7 +238,12 @@ def _write_errors(errors: List[str]) -> None:
 
 def _instances(args: argparse.Namespace) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     init_config, instances = _read_config(args.config) if args.config else ({}, [{}])
-    return init_config, [dict(instance, **_overrides(args)) for instance in instances]
+    instances = [dict(instance, **_overrides(args)) for instance in instances]
+    # An instance's own `simulate` counts as --simulate does; only the instances tell, so this is
+    # judged here rather than with the other usage errors.
+    if args.whole_timeline and not any(instance.get("simulate") for instance in instances):
+        raise ConfigFileError("--whole-timeline needs --simulate: a real node has no timeline to run through")
+    return init_config, instances
 
 
 def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
@@ -247,7 +269,10 @@ def _read_config(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     if not isinstance(raw, dict):
         raise ConfigFileError(f"--config {path} must be a mapping of init_config and instances; "
                               f"got a {type(raw).__name__}")
-    init_config, instances = raw.get("init_config") or {}, raw.get("instances") or [{}]
+    init_config, instances = raw.get("init_config") or {}, raw.get("instances")
+    # The Agent runs a check once per instance: a file without any runs nothing, not the defaults.
+    if instances is None or instances == []:
+        raise ConfigFileError(f"{path} has no instances: the Agent would run none")
     if not isinstance(init_config, dict):
         raise ConfigFileError(f"`init_config` in {path} must be a mapping; got {init_config!r}")
     if not isinstance(instances, list):

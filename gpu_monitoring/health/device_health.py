@@ -140,13 +140,16 @@ def _told(events: Sequence[Event], code: int) -> str:
 # What the held verdicts of a double-bit ECC error, of the driver's recovery action and of a GPU the
 # driver reported unavailable are about.
 DBE, RECOVERY, UNAVAILABLE = "dbe", "recovery", "unavailable"
+# How a reason tells of what came between two runs. Held, it would be false a run later: held_verdicts
+# drops it and says when instead.
+SINCE_LAST_RUN = " since the last run"
 
 
 def _memory(health: Health, device: Device, previous: Optional[Device]) -> None:
     m = device.metrics
     now, before = m.get(ECC_ERRORS_UNCORRECTED), (previous.metrics if previous else {}).get(ECC_ERRORS_UNCORRECTED)
     if now is not None and before is not None and now > before:
-        health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors since the last run", hold=DBE,
+        health.add(Status.CRITICAL, f"{int(now - before)} uncorrectable ECC errors{SINCE_LAST_RUN}", hold=DBE,
                    reset=True)
     if m.get(REMAPPED_ROWS_FAILED):
         health.add(Status.CRITICAL, "row remapping failed: the GPU needs service")

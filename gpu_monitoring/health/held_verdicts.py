@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
-from gpu_monitoring.health.device_health import Health, Holdable
+from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health, Holdable
 from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import ECC_ERRORS_CORRECTED, ECC_ERRORS_UNCORRECTED, ENERGY_CONSUMED
 from gpu_monitoring.snapshot import Device
@@ -88,7 +88,8 @@ class HeldVerdicts:
         for name, verdict in health.holdable.items():
             if name not in record.held:
                 since = min(verdict.since or now, now)
-                record.held[name] = Held(int(verdict.status), verdict.reason, since)
+                # What happened, without "since the last run": the held message says when.
+                record.held[name] = Held(int(verdict.status), verdict.reason.replace(SINCE_LAST_RUN, ""), since)
                 if verdict.reset:
                     record.resets.append(since)
         until = _UNTIL[key == NODE]

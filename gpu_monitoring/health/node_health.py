@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from statistics import multimode
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health
 from gpu_monitoring.health.kernel_faults import kernel_record
 from gpu_monitoring.health.pcie_aer import Counts, port_counts
 from gpu_monitoring.health.service_checks import Status
@@ -230,7 +230,7 @@ def _network(health: Health, ports: List[NetworkPort], wanted: NetworkExpectatio
         downs = _grew(port, previous, "link_downed")
         if downs:
             health.add(Status.WARNING, f"{_name(port)} flapped: its link went down {downs} time"
-                                       f"{'s' if downs > 1 else ''} since the last run", hold=f"flap:{_key(port)}")
+                                       f"{'s' if downs > 1 else ''}{SINCE_LAST_RUN}", hold=f"flap:{_key(port)}")
     if wanted.ports is not None:
         _expected_ports(health, ports, wanted)
 
