@@ -1,6 +1,9 @@
 """What `gpu-monitoring check` and `status` refuse rather than quietly run something else: an option
 that cannot apply, an option a subcommand does not know (answered with that subcommand's usage), and a
---config file that gives the Agent nothing to run."""
+--config file that gives the Agent nothing to run. And what the check logs meanwhile is labelled."""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +104,13 @@ def test_a_config_without_instances_runs_nothing(capsys, tmp_path, command, cont
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"gpu-monitoring {command}: {config} has no instances: the Agent would run none\n"
+
+
+def test_what_the_check_logs_is_labelled_on_stderr():
+    """A driver reload's log line, in a run of the faults scenario through the CLI as a user starts it, says its
+    level and logger: it is not taken for the CLI's own output."""
+    done = subprocess.run([sys.executable, "-m", "gpu_monitoring.cli", "check", "--simulate", "faults",
+                           "--whole-timeline"], capture_output=True, text=True, timeout=300)
+    lines = done.stderr.splitlines()
+    assert any("NVML lost its initialisation" in line for line in lines)
+    assert lines and all(line.split(" ", 1)[0] in ("INFO", "WARNING", "ERROR", "CRITICAL") for line in lines), lines

@@ -33,7 +33,7 @@ def test_a_simulated_node_works(capsys):
     # Its one warning, the memory a failed pod's process holds on GPU 7, is printed and does not fail it.
     problems = out.split("=== Service checks not OK (1 of 11) ===\n")[1].split("\n\n")[0]
     assert problems.startswith("device.health          WARNING   GPU 7   ") and "pid 90114" in problems, problems
-    assert verdict(out) == "Status: OK (1 service checks not OK: see above)"
+    assert verdict(out) == "Status: OK (1 service check not OK: see above)"
 
 
 def test_a_gpu_that_is_critical_fails_the_status(capsys):

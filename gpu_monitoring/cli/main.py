@@ -4,6 +4,7 @@ what it sends; `status` verifies an install; `metadata`; and the sidecar's `side
 import argparse
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -63,7 +64,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         usage_error("--whole-timeline and --runs cannot be used together: the timeline sets how many runs")
     if args.source == "local" and args.socket:
         usage_error("--socket is the sidecar's: use it with --source sidecar")
+    _label_log_lines()
     return _printing(lambda: _run_or_explain(args))
+
+
+def _label_log_lines() -> None:
+    """What the check logs while the CLI runs it goes to stderr with its level and logger, so that a line such
+    as a driver reload's is told apart from the CLI's own output and errors (no effect where logging is
+    already set up, as under pytest or inside the Agent)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
 def _printing(command: Callable[[], int]) -> int:

@@ -46,4 +46,6 @@ def verdict(report: Dict[str, Any], errors: List[str], connect_only: bool = Fals
         judged = ", ".join(where(check) for check in critical)
         return CRITICAL_FOUND, f"Status: CRITICAL: the install works, and these are CRITICAL: {judged} (see above)"
     not_ok = sum(check["status"] != Status.OK.name for check in checks)
-    return OK, "Status: OK" + (f" ({not_ok} service checks not OK: see above)" if not_ok else "")
+    if not not_ok:
+        return OK, "Status: OK"
+    return OK, f"Status: OK ({not_ok} service check{'s' if not_ok > 1 else ''} not OK: see above)"
