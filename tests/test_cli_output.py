@@ -65,8 +65,10 @@ def test_values_are_in_human_units(capsys):
             assert re.search(r" \d[\d.,]* (B|KiB|MiB|GiB)/s ", line), line
         if line.startswith("gpu_monitoring.utilization.gpu "):
             assert re.search(r" \d[\d.]*% ", line), line
-    gpu_rows = out.split("=== GPUs")[1].split("Node:")[0].splitlines()[2:]
-    assert all(f"/{memory_mib / 1024:.0f} GiB" in row for row in gpu_rows), gpu_rows
+    # The table's total is the series' own figure, in the same unit and precision.
+    gpu_rows = [row for row in out.split("=== GPUs")[1].split("Node:")[0].splitlines()[2:] if row[:1].isdigit()]
+    total = re.search(r" (\d[\d.]*) GiB ", totals[0]).group(1)
+    assert gpu_rows and all(f"/{total} GiB" in row for row in gpu_rows), gpu_rows
 
 
 @pytest.mark.parametrize("metric, value, shown", [

@@ -324,7 +324,8 @@ def _holder_text(holders: List[str]) -> str:
 
 
 def _memory(used: Optional[float], total: Optional[float]) -> str:
-    return f"{used / GIB:.1f}/{total / GIB:.0f} GiB" if used is not None and total else "-"
+    # The total as memory.total's series shows it (79.6 GiB of an "80GB" board), not rounded to the board's size.
+    return f"{used / GIB:.1f}/{total / GIB:.1f} GiB" if used is not None and total else "-"
 
 
 def _money(value: Optional[float]) -> str:
