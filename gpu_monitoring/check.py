@@ -36,6 +36,7 @@ from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.snapshot import Allocations, Device, Node, Snapshot
 from gpu_monitoring.sources import LocalSource, SidecarSource
 from gpu_monitoring.submission import NodeReport, Submitter
+from gpu_monitoring.submission.fabric_identity import FabricIdentities
 
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.
@@ -51,6 +52,7 @@ CURSOR = "sidecar_event_cursor"
 # The NVLink links seen up (health.NvLinkMemory), kept across Agent restarts: this check judges the
 # snapshot in local and sidecar mode alike, so its cache serves both.
 NVLINK_SEEN_UP = "nvlink_seen_up"
+FABRIC_IDENTITIES = "fabric_identities"
 # The verdicts held until their fix (held_verdicts), kept across Agent restarts the same way.
 HELD_VERDICTS = "held_verdicts"
 # Where local mode stopped reading the kernel's log (a sidecar keeps its own beside its journal); what the
@@ -180,6 +182,8 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         attribution = attribute(snapshot, pods, self.config.effective_threshold, self.price_of,
                                 self.derived.expected_gpus)
         aer = self._aer.count(snapshot.node, snapshot.events)
+        if self._fabric_identities.fill(snapshot.devices):
+            self.write_persistent_cache(FABRIC_IDENTITIES, self._fabric_identities.dumps())
         healths = {d.index: self._health(d, snapshot, attribution.devices[d.index], aer)
                    for d in snapshot.devices}
         self.submitter.submit(snapshot, healths, attribution, self._node(snapshot, aer=aer))
@@ -376,6 +380,11 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
     def _nvlink_up(self) -> health.NvLinkMemory:
         """Read at the first run: the Agent gives a check its ID (which keys the cache) after making it."""
         return health.NvLinkMemory.loads(self.read_persistent_cache(NVLINK_SEEN_UP))
+
+    @cached_property
+    def _fabric_identities(self) -> FabricIdentities:
+        """Read at the first run, as the NVLink memory is."""
+        return FabricIdentities.loads(self.read_persistent_cache(FABRIC_IDENTITIES))
 
     @cached_property
     def _held(self) -> HeldVerdicts:
