@@ -1,12 +1,15 @@
-"""A submitted value as a person reads it, in its metric's unit (metrics.yaml): 74.6 GiB, 1.2 GiB/s, 91%."""
+"""A submitted value as a person reads it, in its metric's unit (metrics.yaml): 74.6 GiB, 1.2 GiB/s, 91%,
+400 Gb/s, 3 errors."""
 
 from typing import Optional
 
 from gpu_monitoring.metrics.spec import NAMESPACE, SPEC
 
 BINARY_PREFIXES = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+# Datadog's short names for the units it abbreviates; a unit not here (error, device, process) is
+# written out, counted.
 SUFFIXES = {"percent": "%", "degree celsius": " °C", "megahertz": " MHz", "watt": " W", "joule": " J",
-            "second": " s"}
+            "second": " s", "gigabit": " Gb"}
 
 
 def human(metric: str, value: Optional[float]) -> str:
@@ -20,7 +23,16 @@ def human(metric: str, value: Optional[float]) -> str:
         return byte_size(value) + per
     if unit == "dollar":
         return f"${value:,.2f}{per}"
-    return number(value) + SUFFIXES.get(unit, "") + per
+    return number(value) + SUFFIXES.get(unit, counted(unit, value)) + per
+
+
+def counted(unit: str, value: float) -> str:
+    """What follows the number of a unit of things counted: ` error` after 1, ` errors`, ` processes`."""
+    if not unit:
+        return ""
+    if value == 1:
+        return f" {unit}"
+    return f" {unit}es" if unit.endswith(("s", "sh", "ch", "x")) else f" {unit}s"
 
 
 def byte_size(value: float) -> str:
