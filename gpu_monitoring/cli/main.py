@@ -211,26 +211,55 @@ def write_metadata(path: Optional[str]) -> int:
 def run_check(args: argparse.Namespace) -> int:
     init_config, instances = _instances(args)
     failed = critical = False
-    for instance in instances:
+    documents = []
+    for number, instance in enumerate(instances, 1):
         result, errors = report.run(init_config, instance, args.runs, args.whole_timeline)
         _write_errors(errors)
         failed |= bool(errors)
         critical |= status.any_critical(result)
-        print(json.dumps({"summary": summarize(result), **result}, indent=2) if args.json else _text(result, args))
+        if args.json:
+            documents.append({"summary": summarize(result), **result})
+        else:
+            _print_instance(number, instances, _text(result, args))
+    if args.json:
+        # One document for the whole command, so that `json.load` reads what several instances print; a
+        # single instance's stays the report itself, as consumers of one instance already read it.
+        print(json.dumps(documents[0] if len(documents) == 1 else {"instances": documents}, indent=2))
     return 1 if failed else CRITICAL_FOUND if critical else 0
 
 
 def run_status(args: argparse.Namespace) -> int:
     init_config, instances = _instances(args)
     worst = status.OK
-    for instance in instances:
+    for number, instance in enumerate(instances, 1):
         result, errors = report.run(init_config, instance, args.runs, args.whole_timeline)
         _write_errors(errors)
         code, line = status.verdict(result, errors, args.connect_only)
         worst = status.worse(worst, code)
         width = terminal_width()
-        print("\n".join([*summary_lines(result, width), "", *fit(line, width, len("Status: "))]))
+        _print_instance(number, instances,
+                        "\n".join([*summary_lines(result, width), "", *fit(line, width, len("Status: "))]))
     return worst
+
+
+def _print_instance(number: int, instances: List[Dict[str, Any]], text: str) -> None:
+    """One instance's text; of several, under a header naming which, since their summaries look alike."""
+    if len(instances) > 1:
+        if number > 1:
+            print()
+        print(_instance_header(number, instances))
+    print(text)
+
+
+def _instance_header(number: int, instances: List[Dict[str, Any]]) -> str:
+    instance = instances[number - 1]
+    if instance.get("simulate"):
+        what = f"simulate {instance['simulate']}"
+    elif instance.get("source") == "sidecar":
+        what = f"source sidecar {instance.get('sidecar_socket') or DEFAULT_SOCKET}"
+    else:
+        what = f"source {instance.get('source') or 'local'}"
+    return f"=== Instance {number} of {len(instances)}: {what} ==="
 
 
 def _text(result: report.Report, args: argparse.Namespace) -> str:
