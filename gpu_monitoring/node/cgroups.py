@@ -49,6 +49,7 @@ from gpu_monitoring.node.cgroup_paths import (
     cgroup_version,
     hierarchy,
 )
+from gpu_monitoring.node.procfs import stat_fields
 from gpu_monitoring.snapshot import CgroupUse, Process
 
 log = logging.getLogger(__name__)
@@ -289,12 +290,11 @@ def rates(before: Optional[_Sample], now: _Sample, per_second: float) -> Tuple[O
 
 
 def process_state(proc_root: Optional[str], pid: int) -> Optional[str]:
-    """The state letter of process `pid` (field 3 of `/proc/<pid>/stat`, proc(5)); None where it exited.
-    The command name before it is in parentheses and may hold spaces and ")": the state follows the last."""
+    """The state letter of process `pid` (field 3 of `/proc/<pid>/stat`, proc(5)); None where it exited."""
     if not proc_root:
         return None
     text = read_value(f"{proc_root}/{pid}/stat")
-    fields = text.rpartition(")")[2].split(None, 1) if text else []
+    fields = stat_fields(text)[1] if text else []
     return fields[0] if fields else None
 
 

@@ -31,7 +31,7 @@ the node name appears with several slurmd per host. slurmstepd itself waits in t
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from gpu_monitoring.snapshot import SlurmJob
 
@@ -172,11 +172,16 @@ def process_stat(proc_root: str, pid: int) -> Optional[ProcessStat]:
     text = _read(proc_root, pid, "stat")
     if text is None:
         return None
-    # The name (field 2) is in parentheses and may hold spaces and ")": the fields follow the last.
-    head, _, rest = text.rpartition(")")
-    fields = rest.split()
+    name, fields = stat_fields(text)
     started = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
-    return ProcessStat(head.partition("(")[2], started)
+    return ProcessStat(name, started)
+
+
+def stat_fields(text: str) -> Tuple[str, List[str]]:
+    """A `stat` text's command name (field 2) and the fields after it, from the state (field 3) on. The
+    name is in parentheses and may hold spaces and ")": the fields follow the last (proc(5))."""
+    head, _, rest = text.rpartition(")")
+    return head.partition("(")[2], rest.split()
 
 
 def process_directory(proc_root: str, pid: int) -> Optional[Tuple[int, int]]:

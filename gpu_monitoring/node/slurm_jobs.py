@@ -40,12 +40,12 @@ from itertools import islice
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from gpu_monitoring.node import read_value
+from gpu_monitoring.node.cgroup_paths import CGROUP_MOUNT
 from gpu_monitoring.node.procfs import environment, real_uid, with_environment
 from gpu_monitoring.snapshot import SlurmAllocation, SlurmJob
 
 log = logging.getLogger(__name__)
 
-CGROUP_DIRECTORY = ("fs", "cgroup")
 V2_PARENT = "system.slice"
 V2_SCOPE_SUFFIX = "slurmstepd.scope"
 # The v1 hierarchies where Slurm makes its jobs' cgroups, in the order they are looked in: freezer for
@@ -91,7 +91,7 @@ class SlurmJobReader:
     """Reads the node's Slurm jobs and their GPUs, run after run (module docstring)."""
 
     def __init__(self, sysfs_root: str, proc_root: Optional[str]) -> None:
-        self._cgroups = os.path.join(sysfs_root, *CGROUP_DIRECTORY)
+        self._cgroups = os.path.join(sysfs_root, *CGROUP_MOUNT)
         self._proc_root = proc_root
         self._roots: List[_Root] = []
         self._search_in = 0  # runs until the Slurm roots are looked for again
