@@ -4,7 +4,7 @@ This layer never calls NVML; it reads the Snapshot and what attribution and heal
 """
 
 import logging
-from typing import AbstractSet, Callable, Dict, List, Optional, Set, Union
+from typing import Dict, List, Optional, Set, Union
 
 from datadog_checks.base import AgentCheck
 
@@ -42,6 +42,7 @@ from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 from gpu_monitoring.submission.events import submit_xids
 from gpu_monitoring.submission.inventory import submit_inventory
+from gpu_monitoring.submission.metric_sink import MetricSink, Route
 from gpu_monitoring.submission.node import NodeReport, submit_node
 from gpu_monitoring.submission.tags import (
     HolderTags,
@@ -91,15 +92,18 @@ class Submitter:
         self.profile = profile
         # The check's submit method, by the spec's type, for each metric the profile sends. Collection
         # asks the same profile what not to read; health, service checks and events never depend on it.
-        self._submitters = _submitters(check, profile.sent)
-        self._part_submitters = _submitters(check, profile.sent_parts)
-        self._process_metrics = {name: field for name, field in PROCESS_METRICS.items() if profile.sends(name)}
+        self._sink = MetricSink(check)
+        self._routes = self._sink.routes(profile.sent)
+        self._part_routes = self._sink.routes(profile.sent_parts)
+        self._process_metrics = [(self._routes[name], field) for name, field in PROCESS_METRICS.items()
+                                 if name in self._routes]
         self._unknown_told: Set[str] = set()
 
     def submit(self, snapshot: Snapshot, healths: Dict[int, Health], attribution: Attribution,
                node: NodeReport) -> None:
         # Asked anew each run: what the tagger knows of a container can change from one to the next.
         self._holder_tags = HolderTags(self.tagger)
+        self._sink.open()
         self.send(DEVICES_COUNT, len(snapshot.devices), self.base_tags)
         self.submit_node(node)
         own_tags, held_tags = {}, {}
@@ -125,6 +129,7 @@ class Submitter:
 
     def submit_node(self, node: NodeReport) -> None:
         """The node's own series and health: with the GPUs' each run, or alone where NVML cannot be read."""
+        self._sink.open()
         submit_node(self.check, self.send, node, self.base_tags)
 
     def _device(self, device: Device, snapshot: Snapshot, health: Health, attribution: Attribution) -> tuple:
@@ -158,16 +163,17 @@ class Submitter:
 
     def _target_metrics(self, target: Union[Device, MigInstance], tags: List[str]) -> None:
         """A GPU's or MIG instance's own series, then those of its parts, each part under its own tags too."""
-        self._send_values(target.metrics, tags, self._submitters)
+        self._send_values(target.metrics, tags, self._routes)
         for part, values in target.tagged_metrics.items():
-            self._send_values(values, tags + part.split(","), self._part_submitters)
+            self._send_values(values, tags + part.split(","), self._part_routes)
 
-    def _send_values(self, values: Dict[str, float], tags: List[str], submitters: Dict[str, Callable]) -> None:
+    def _send_values(self, values: Dict[str, float], tags: List[str], routes: Dict[str, Route]) -> None:
         """A snapshot's series, where the profile sends their metrics."""
+        submit = self._sink.submit
         for name, value in values.items():
-            submit = submitters.get(name)
-            if submit is not None:
-                submit(name, value, tags=tags)
+            route = routes.get(name)
+            if route is not None:
+                submit(route, value, tags)
             elif name not in SPEC:
                 self._unknown_from_snapshot(name)
 
@@ -179,9 +185,9 @@ class Submitter:
     def send(self, name: str, value: float, tags: List[str]) -> None:
         """One series of a metric this code names, if the profile sends it; UnknownMetric for a name the
         spec does not have."""
-        submit = self._submitters.get(name)
-        if submit is not None:
-            submit(name, value, tags=tags)
+        route = self._routes.get(name)
+        if route is not None:
+            self._sink.submit(route, value, tags)
         elif name not in SPEC:
             raise UnknownMetric(f"{name!r} is not in metrics.yaml: name metrics by metrics.names' constants")
 
@@ -194,14 +200,12 @@ class Submitter:
         if self.max_processes:
             kept = kept[: self.max_processes]
             self.send(PROCESSES_OMITTED, len(processes) - len(kept), held)
-        gauge, holders = self.check.gauge, attribution.process_holders
+        submit, holders = self._sink.submit, attribution.process_holders
         for process in kept:
             holder = holders.get((key, process.pid))
             process_series = process_tags(process, tags, self._holder_tags(holder) if holder else ())
-            for name, field in self._process_metrics.items():
-                value = getattr(process, field)
-                if value is not None:
-                    gauge(name, value, tags=process_series)
+            for route, field in self._process_metrics:
+                submit(route, getattr(process, field), process_series)
 
     def _cost(self, view, tags: List[str]) -> None:
         if view.price is None:
@@ -265,8 +269,3 @@ def _workload_values(workload: Workload, price: Optional[float], tags: List[str]
         (WORKLOAD_CPU_USAGE, cpu.usage_cores if cpu else None, tags),
     ]
 
-
-def _submitters(check: AgentCheck, names: AbstractSet[str]) -> Dict[str, Callable]:
-    """The check's submit method, by the spec's type, for each of these metrics."""
-    by_type = {"monotonic_count": check.monotonic_count, "count": check.count}
-    return {name: by_type.get(SPEC[name].type, check.gauge) for name in names}

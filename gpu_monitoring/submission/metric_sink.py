@@ -1,0 +1,93 @@
+"""Series into the Agent's aggregator as `AgentCheck.gauge`, `monotonic_count` and `count` hand them
+over, with what is the same from one series and one run to the next worked out once.
+
+For each series `AgentCheck` prefixes the namespace, matches the name against `metric_patterns`,
+normalizes the tag list, asks the metric limiter, converts the value and calls the aggregator.
+The first three are functions of the name or the tag list and of options fixed when the check is
+made, and a run sends about a hundred series under each GPU's one tag list, the same names every
+run: here they are asked of the base class once per name or tag list, and its answers kept. The
+limiter, the conversion and the aggregator are asked for every series, as the base class asks.
+Whatever this path does not cover (a limited `count`, a value that is not a number) goes through
+the base class's own method, so that it behaves exactly as there.
+"""
+
+from typing import AbstractSet, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from datadog_checks.base import AgentCheck
+from datadog_checks.base.agent import aggregator
+
+from gpu_monitoring.metrics.spec import SPEC
+
+# The aggregator's types of the spec's; a gauge, a rate and a monotonic count are limited once per
+# series, a count by its context (datadog_checks.base's ONE_PER_CONTEXT_METRIC_TYPES).
+_TYPES = {"gauge": aggregator.GAUGE, "monotonic_count": aggregator.MONOTONIC_COUNT, "count": aggregator.COUNT}
+_LIMITED_PER_CALL = frozenset((aggregator.GAUGE, aggregator.RATE, aggregator.MONOTONIC_COUNT))
+# Distinct tag lists kept at once: a node's GPUs, MIG instances, links and processes under a few
+# holders each stay far below it; past it (processes coming and going for days) all are dropped.
+_TAG_LISTS_KEPT = 20_000
+
+
+class Route(NamedTuple):
+    name: str  # as the spec names it
+    type: int  # the aggregator's
+    namespaced: str  # as the aggregator receives it
+
+
+class MetricSink:
+    def __init__(self, check: AgentCheck):
+        self._check = check
+        self._normalized: Dict[Tuple[str, ...], List[str]] = {}
+        self._aggregator = aggregator
+        self._check_id = ""
+
+    def open(self) -> None:
+        """Where this run's series go. Newer bases submit through a proxy while the Agent probes a check,
+        for the whole of that run (`_aggregator()`); older ones through the module. The Agent gives a check
+        its ID after making it."""
+        own = getattr(self._check, "_aggregator", None)
+        self._aggregator = own() if own is not None else aggregator
+        self._check_id = self._check.check_id
+
+    def routes(self, names: AbstractSet[str]) -> Dict[str, Route]:
+        """The way into the aggregator of each metric `metric_patterns` lets through."""
+        routes = {}
+        for name in names:
+            namespaced = self._check._format_namespace(name)
+            if self._check.should_send_metric(namespaced):
+                routes[name] = Route(name, _TYPES[SPEC[name].type], namespaced)
+        return routes
+
+    def submit(self, route: Route, value: Optional[float], tags: Sequence[str]) -> None:
+        if value is None:
+            return None
+        check = self._check
+        limiter = check.metric_limiter
+        if limiter is not None:
+            if route.type not in _LIMITED_PER_CALL:
+                return check._submit_metric(route.type, route.name, value, tags)
+            if limiter.is_reached():
+                return None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            # The base class says what is wrong with it, or raises where no Agent runs.
+            return check._submit_metric(route.type, route.name, value, tags)
+        self._aggregator.submit_metric(check, self._check_id, route.type, route.namespaced, number,
+                                       self._tags(tags), "", False)
+        return None
+
+    def _tags(self, tags: Sequence[str]) -> List[str]:
+        key = tuple(tags)
+        normalized = self._normalized.get(key)
+        if normalized is None:
+            normalized = self._check._normalize_tags_type(key)
+            if len(normalized) != len(key):
+                # A tag was dropped (None, or one that cannot be decoded, which is logged): not kept,
+                # so that each series tells it as the base class would.
+                return normalized
+            if len(self._normalized) >= _TAG_LISTS_KEPT:
+                self._normalized.clear()
+            self._normalized[key] = normalized
+        # A list of its own, as the base class hands over: the aggregator may keep it.
+        return list(normalized)
+
