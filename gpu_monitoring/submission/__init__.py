@@ -169,13 +169,14 @@ class Submitter:
 
     def _send_values(self, values: Dict[str, float], tags: List[str], routes: Dict[str, Route]) -> None:
         """A snapshot's series, where the profile sends their metrics."""
-        submit = self._sink.submit
+        series = []
         for name, value in values.items():
             route = routes.get(name)
             if route is not None:
-                submit(route, value, tags)
+                series.append((route, value))
             elif name not in SPEC:
                 self._unknown_from_snapshot(name)
+        self._sink.submit_all(series, tags)
 
     def _unknown_from_snapshot(self, name: str) -> None:
         if name not in self._unknown_told:
@@ -200,12 +201,12 @@ class Submitter:
         if self.max_processes:
             kept = kept[: self.max_processes]
             self.send(PROCESSES_OMITTED, len(processes) - len(kept), held)
-        submit, holders = self._sink.submit, attribution.process_holders
+        holders = attribution.process_holders
         for process in kept:
             holder = holders.get((key, process.pid))
             process_series = process_tags(process, tags, self._holder_tags(holder) if holder else ())
-            for route, field in self._process_metrics:
-                submit(route, getattr(process, field), process_series)
+            self._sink.submit_all([(route, getattr(process, field)) for route, field in self._process_metrics],
+                                  process_series)
 
     def _cost(self, view, tags: List[str]) -> None:
         if view.price is None:

@@ -11,7 +11,7 @@ Whatever this path does not cover (a limited `count`, a value that is not a numb
 the base class's own method, so that it behaves exactly as there.
 """
 
-from typing import AbstractSet, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.agent import aggregator
@@ -58,36 +58,46 @@ class MetricSink:
         return routes
 
     def submit(self, route: Route, value: Optional[float], tags: Sequence[str]) -> None:
-        if value is None:
-            return None
-        check = self._check
-        limiter = check.metric_limiter
-        if limiter is not None:
-            if route.type not in _LIMITED_PER_CALL:
-                return check._submit_metric(route.type, route.name, value, tags)
-            if limiter.is_reached():
-                return None
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            # The base class says what is wrong with it, or raises where no Agent runs.
-            return check._submit_metric(route.type, route.name, value, tags)
-        self._aggregator.submit_metric(check, self._check_id, route.type, route.namespaced, number,
-                                       self._tags(tags), "", False)
-        return None
+        self.submit_all(((route, value),), tags)
 
-    def _tags(self, tags: Sequence[str]) -> List[str]:
+    def submit_all(self, series: Iterable[Tuple[Route, Optional[float]]], tags: Sequence[str]) -> None:
+        """Series under one tag list; a value of None is not sent."""
+        check = self._check
+        normalized = self._normalized_once(tags)
+        if normalized is None:
+            # The base class drops a tag of these (None, or one it cannot decode, which it logs): its own
+            # path, series by series, tells so as it would.
+            for route, value in series:
+                check._submit_metric(route.type, route.name, value, tags)
+            return
+        limiter, submit_metric, check_id = check.metric_limiter, self._aggregator.submit_metric, self._check_id
+        for route, value in series:
+            if value is None:
+                continue
+            if limiter is not None:
+                if route.type not in _LIMITED_PER_CALL:
+                    check._submit_metric(route.type, route.name, value, tags)
+                    continue
+                if limiter.is_reached():
+                    continue
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                # The base class says what is wrong with it, or raises where no Agent runs.
+                check._submit_metric(route.type, route.name, value, tags)
+                continue
+            # A list of its own for each series, as the base class hands over: the aggregator may keep it.
+            submit_metric(check, check_id, route.type, route.namespaced, number, list(normalized), "", False)
+
+    def _normalized_once(self, tags: Sequence[str]) -> Optional[List[str]]:
+        """The tags as the base class normalizes them; None where it drops one."""
         key = tuple(tags)
         normalized = self._normalized.get(key)
         if normalized is None:
             normalized = self._check._normalize_tags_type(key)
             if len(normalized) != len(key):
-                # A tag was dropped (None, or one that cannot be decoded, which is logged): not kept,
-                # so that each series tells it as the base class would.
-                return normalized
+                return None
             if len(self._normalized) >= _TAG_LISTS_KEPT:
                 self._normalized.clear()
             self._normalized[key] = normalized
-        # A list of its own, as the base class hands over: the aggregator may keep it.
-        return list(normalized)
-
+        return normalized
