@@ -20,7 +20,7 @@ from gpu_monitoring.health.held_verdicts import HeldVerdicts
 from gpu_monitoring.health.kernel_memory import KernelMemory
 from gpu_monitoring.health.node_health import AER_SERIES, NodeJudge
 from gpu_monitoring.health.pcie_aer import AerCounter, Counts
-from gpu_monitoring.health.service_checks import ReasonedServiceCheck, Status
+from gpu_monitoring.health.service_checks import ReasonedServiceCheck
 from gpu_monitoring.health.xid_join import XidJoin
 from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
@@ -35,6 +35,7 @@ from gpu_monitoring.nvml.errors import NvmlError
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.snapshot import Allocations, Device, Node, Snapshot
 from gpu_monitoring.sources import LocalSource, SidecarSource
+from gpu_monitoring.status import Status
 from gpu_monitoring.submission import NodeReport, Submitter
 from gpu_monitoring.submission.fabric_identity import FabricIdentities
 

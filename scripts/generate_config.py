@@ -7,7 +7,7 @@ file and `ModelConsumer` the pydantic models, as `ddev validate config -s` and
 `<check>/datadog_checks/<check>/{data,config_models}`; this repository has the example in
 `datadog_checks/gpu_monitoring/data/` (where `datadog-agent integration install` takes it from, and
 linked from the root as `conf.yaml.example`) and the models in `gpu_monitoring/config_models`. What
-the models know of the options is also written, without them, to `gpu_monitoring/config/spec_options.py`.
+the models know of the options is also written, without them, to `gpu_monitoring/options/spec_options.py`.
 
     python scripts/generate_config.py           # write the files that changed
     python scripts/generate_config.py --check   # write nothing; exit 1 listing stale files
@@ -42,7 +42,7 @@ SPEC = ROOT / "assets" / "configuration" / "spec.yaml"
 RELATIVE_IMPORT = re.compile(r"^from \.(\w*) import", re.MULTILINE)
 EXAMPLE_DIR = ROOT / "datadog_checks" / CHECK / "data"
 MODELS_DIR = ROOT / CHECK / "config_models"
-SPEC_OPTIONS = ROOT / CHECK / "config" / "spec_options.py"
+SPEC_OPTIONS = ROOT / CHECK / "options" / "spec_options.py"
 
 # The files ddev renders once and then leaves to be edited by hand (datadog_checks.dev.tooling.utils,
 # which this script does not import: it needs the rest of ddev's command line installed).

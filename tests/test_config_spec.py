@@ -12,10 +12,10 @@ from datadog_checks.dev.tooling.configuration import ConfigSpec
 
 from gpu_monitoring import check as check_module
 from gpu_monitoring.collectors import COLLECTOR_NAMES
-from gpu_monitoring.config import spec_options as generated
 from gpu_monitoring.config.derived import derive
 from gpu_monitoring.config_models import InstanceConfig, SharedConfig, defaults
 from gpu_monitoring.metrics.spec import DEFAULT_PROFILE, PROFILES
+from gpu_monitoring.options import spec_options as generated
 from gpu_monitoring.simulator.scenario import available
 
 from .config_support import derived, validated_shared

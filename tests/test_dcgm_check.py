@@ -13,9 +13,9 @@ from datadog_checks.dev.utils import get_service_checks
 from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
 from gpu_monitoring.dcgm.freshness import Freshness
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.pod_list import parse_pod_list
 from gpu_monitoring.snapshot import Device, Node, Snapshot
+from gpu_monitoring.status import Status
 
 from .dcgm_support import ExporterServer, exporter_page, pod
 from .sidecar_support import wait_until

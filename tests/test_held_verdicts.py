@@ -5,8 +5,8 @@ import pytest
 
 from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health
 from gpu_monitoring.health.held_verdicts import NODE, HeldVerdicts
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Device
+from gpu_monitoring.status import Status
 
 DAY = 86400.0
 UUID = "GPU-5d2c7b1e-0c1f-4b8e-9a43-1f0e2f6c9a10"

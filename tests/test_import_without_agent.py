@@ -22,7 +22,7 @@ import pytest
 from datadog_checks.base.constants import ServiceCheck
 
 from gpu_monitoring import __about__
-from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.status import Status
 
 from .sidecar_support import SidecarProcess
 

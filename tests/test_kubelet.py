@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import KubeletClient, KubeletError
 from gpu_monitoring.net.agent_http import AgentHttp
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
+from gpu_monitoring.status import Status
 
 WARNING, CRITICAL = Status.WARNING, Status.CRITICAL
 

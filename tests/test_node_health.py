@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from gpu_monitoring.health.node_health import NodeJudge, expectation
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Device, NetworkPort, Node, PciFunction, Snapshot
+from gpu_monitoring.status import Status
 
 H100 = "NVIDIA H100 80GB HBM3"
 ADDRESSES = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]

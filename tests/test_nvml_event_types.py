@@ -4,12 +4,12 @@ health judges them, and that the snapshot and the sidecar's journal carry their 
 import pynvml
 
 from gpu_monitoring.health import device_health as health
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.nvml.events import EVENT_KINDS, UNREGISTERED, RawEvent
 from gpu_monitoring.sidecar.journal import Journal
 from gpu_monitoring.simulator.fault_events import event_types, events_of
 from gpu_monitoring.simulator.scenario import Fault
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot, load
+from gpu_monitoring.status import Status
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 RECOVERY = pynvml.nvmlEventTypeGpuRecoveryAction

@@ -1,4 +1,5 @@
-"""The package's structure: no import cycle between its modules, and one way into pynvml."""
+"""The package's structure: no import cycle between its modules nor between its packages, and one way into
+pynvml."""
 
 import ast
 import ctypes
@@ -93,6 +94,30 @@ def test_the_walker_sees_relative_absolute_and_nested_imports():
 
 def test_no_module_of_the_package_imports_one_that_imports_it_back():
     assert cycles(import_graph()) == []
+
+
+def package_graph() -> Dict[str, Set[str]]:
+    """Which of gpu_monitoring's packages (and top-level modules) import which others."""
+    def top(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: Dict[str, Set[str]] = {}
+    for name, targets in import_graph().items():
+        graph.setdefault(top(name), set()).update(top(t) for t in targets if top(t) != top(name))
+    return graph
+
+
+def test_no_package_imports_one_that_imports_it_back():
+    # Data flows one way between layers too: a package that needs what another imports from it
+    # shares a layer with it, and neither can be read alone.
+    assert cycles(package_graph()) == []
+
+
+def test_the_rules_of_the_options_are_beneath_the_models_and_what_is_derived_above():
+    graph = package_graph()
+    assert graph["gpu_monitoring.options"] == set()
+    assert "gpu_monitoring.options" in graph["gpu_monitoring.config_models"]
+    assert "gpu_monitoring.config_models" in graph["gpu_monitoring.config"]
 
 
 def test_the_cycle_finder_finds_one():

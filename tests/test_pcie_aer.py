@@ -3,8 +3,8 @@ function's turn to be read comes; errors its parent port reported are its link's
 
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.health.pcie_aer import AerCounter, judge
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import Event, NetworkPort, Node, PciFunction
+from gpu_monitoring.status import Status
 
 GPU, PORT = "0000:1b:00.0", "0000:1a:01.0"
 GPU_BUS_ID, NIC_BUS_ID = "00000000:1B:00.0", "00000000:18:00.0"

@@ -1,5 +1,5 @@
 """The sidecar's command line takes its defaults and its checks from the check's options (spec.yaml and
-config.rules): a value the rule refuses is argparse's error naming the flag, never the check's option."""
+options.rules): a value the rule refuses is argparse's error naming the flag, never the check's option."""
 
 import argparse
 import subprocess
@@ -9,10 +9,10 @@ import pytest
 
 from gpu_monitoring.cli.main import main
 from gpu_monitoring.config.proc_root import default_proc_root
-from gpu_monitoring.config.rules import RULES
-from gpu_monitoring.config.spec_options import DEFAULTS
 from gpu_monitoring.nvml import library
 from gpu_monitoring.nvml.errors import LibraryUnavailable
+from gpu_monitoring.options.rules import RULES
+from gpu_monitoring.options.spec_options import DEFAULTS
 from gpu_monitoring.sidecar import command
 
 LONG_SOCKET = "/run/" + "s" * 110 + ".sock"

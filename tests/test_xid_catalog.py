@@ -6,8 +6,8 @@ import yaml
 from datadog_checks.base import AgentCheck
 
 from gpu_monitoring.health import xid
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.simulator.scenario import resolve
+from gpu_monitoring.status import Status
 
 from .conftest import H100_PCIE_NODE, tag_dict
 

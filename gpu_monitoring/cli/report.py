@@ -10,9 +10,9 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import XID_ERRORS
 from gpu_monitoring.metrics.spec import NAMESPACE
+from gpu_monitoring.status import Status
 
 DEFAULT_INTERVAL = 15
 DEFAULT_RUNS = 2

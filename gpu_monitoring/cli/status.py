@@ -11,7 +11,7 @@ with `connect_only` that is left to the summary.
 from typing import Any, Dict, List, Tuple
 
 from gpu_monitoring.cli.run_by_run import where
-from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.status import Status
 
 OK = 0
 NOT_WORKING = 1  # 2 is argparse's usage error, and the CLI's for a configuration it refuses

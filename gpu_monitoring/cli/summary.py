@@ -13,7 +13,6 @@ from gpu_monitoring.attribution.fleet import STAGES
 from gpu_monitoring.cli import run_by_run
 from gpu_monitoring.cli.run_by_run import NAMESPACE, tag_dict, where
 from gpu_monitoring.cli.wrapping import fit
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import (
     COST_HOURLY,
     COST_IDLE_HOURLY,
@@ -32,6 +31,7 @@ from gpu_monitoring.metrics.names import (
     WORKLOAD_IDLE,
 )
 from gpu_monitoring.metrics.units import human
+from gpu_monitoring.status import Status
 
 GIB = 1024 ** 3
 NO_PRICE = "no price for these GPUs: set hourly_price or default_hourly_price to see cost"

@@ -1,1 +1,1 @@
-"""Options: what the check derives from its validated instance, and the value checks behind the config models."""
+"""What the check derives from its validated instance (config_models), and where the host's /proc is."""

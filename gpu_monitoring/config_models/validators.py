@@ -1,6 +1,6 @@
 """Every rule of init_config and of an instance, run by the generated models before their types:
 `initialize_shared` and `initialize_instance` refuse an option no one reads and check each one given
-by its rule (config.rules); `check_instance` checks across options once each is valid.
+by its rule (options.rules); `check_instance` checks across options once each is valid.
 
 A refusal is raised as a ConfigurationError, which pydantic passes on as it is: the message names the
 option and what it accepts, in one line, where pydantic's own would be wrapped in its error report."""
@@ -10,12 +10,12 @@ from typing import Any, Collection, Dict
 
 from datadog_checks.base import ConfigurationError
 
-from gpu_monitoring.config.rules import RULES
+from gpu_monitoring.config_models import defaults
+from gpu_monitoring.options.rules import RULES
 
 # The names spec.yaml gives the options: `make config` writes them, since this module cannot ask the models.
-from gpu_monitoring.config.spec_options import KNOWN_OPTIONS, KNOWN_SHARED_OPTIONS
-from gpu_monitoring.config.value_checks import OptionError
-from gpu_monitoring.config_models import defaults
+from gpu_monitoring.options.spec_options import KNOWN_OPTIONS, KNOWN_SHARED_OPTIONS
+from gpu_monitoring.options.value_checks import OptionError
 
 
 def initialize_shared(values: Dict[str, Any], **kwargs: Any) -> Dict[str, Any]:

@@ -9,10 +9,10 @@ import http.client
 import ssl
 from urllib.parse import urlsplit
 
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded
 from gpu_monitoring.net.deadline_connection import TcpConnection, TlsConnection
 from gpu_monitoring.net.http_get import ConnectionPeer, bounded_get
+from gpu_monitoring.status import Status
 
 # The exporter renders its page from samples DCGM already holds: it answers in milliseconds, and a
 # run must not wait on it long. Few seconds leave the run's other reads their time.

@@ -2,8 +2,8 @@
 status and reason, written where the sidecar read the exporter and read back by the check."""
 
 from gpu_monitoring.dcgm.reader import State
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.snapshot import DcgmRead
+from gpu_monitoring.status import Status
 
 
 def carried(state: State) -> DcgmRead:

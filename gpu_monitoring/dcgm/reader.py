@@ -19,9 +19,9 @@ from gpu_monitoring.dcgm.discovery import exporter_url
 from gpu_monitoring.dcgm.exposition import Known, NotAnExporterPage, parse
 from gpu_monitoring.dcgm.freshness import Freshness
 from gpu_monitoring.dcgm.join import join, wanted
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.pod_list import PodInfo
 from gpu_monitoring.snapshot import Snapshot
+from gpu_monitoring.status import Status
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence
 
 from gpu_monitoring.health import recovery_actions, xid
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import (
     CLOCKS_EVENT_GPU_IDLE,
     CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
@@ -33,6 +32,7 @@ from gpu_monitoring.metrics.names import (
     UTILIZATION_GPU,
 )
 from gpu_monitoring.snapshot import Device, Event
+from gpu_monitoring.status import Status
 
 
 class Holdable(NamedTuple):

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health, Holdable
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import ECC_ERRORS_CORRECTED, ECC_ERRORS_UNCORRECTED, ENERGY_CONSUMED
 from gpu_monitoring.snapshot import Device
+from gpu_monitoring.status import Status
 
 NODE = "node"
 WINDOW = 7 * 86400

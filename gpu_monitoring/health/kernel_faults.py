@@ -15,9 +15,9 @@ from typing import Dict, List, Optional, Tuple
 
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.health.pcie_aer import Counts, judge
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.snapshot import Event
+from gpu_monitoring.status import Status
 
 PortNames = Dict[str, List[str]]  # the ports of each NIC function, by its bus ID (NVML's form)
 

@@ -17,7 +17,6 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, U
 from gpu_monitoring.health.device_health import SINCE_LAST_RUN, Health
 from gpu_monitoring.health.kernel_faults import kernel_record
 from gpu_monitoring.health.pcie_aer import Counts, port_counts
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.metrics.names import (
     NETWORK_PORT_ERRORS_LINK_DOWNED,
     NETWORK_PORT_ERRORS_LINK_ERROR_RECOVERY,
@@ -35,6 +34,7 @@ from gpu_monitoring.metrics.names import (
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.node.pci import NVIDIA_DRIVER, PASSED_TO_VM
 from gpu_monitoring.snapshot import NetworkPort, PciFunction, Snapshot
+from gpu_monitoring.status import Status
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ log told and, over a few runs, exact.
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from gpu_monitoring.health.device_health import Health
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.node.driver_gpus import nvml_bus_id
 from gpu_monitoring.snapshot import Event, Node
+from gpu_monitoring.status import Status
 
 SEVERITIES = ("corrected", "nonfatal", "fatal")
 # Corrected errors in one run from which a link is worth a look: a few a day is noise on a busy link.

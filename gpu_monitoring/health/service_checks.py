@@ -1,22 +1,12 @@
-"""Service check statuses, and a service check that says why and logs each change of reason once."""
+"""A service check that says why, and logs each change of reason once."""
 
-from enum import IntEnum
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-# The sidecar, which has no Agent, judges with these statuses too: the Agent's base is for type hints only.
+from gpu_monitoring.status import Status
+
+# The sidecar, which has no Agent, imports this package too: the Agent's base is for type hints only.
 if TYPE_CHECKING:
     from datadog_checks.base import AgentCheck
-
-
-class Status(IntEnum):
-    """A service check status, ranked from OK to CRITICAL (the worst of several is their max).
-
-    The values are the Agent's own (datadog_checks.base.constants.ServiceCheck: OK 0, WARNING 1,
-    CRITICAL 2), so a Status is sent as it is; the names are those messages and reports print."""
-
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
 
 
 class ReasonedServiceCheck:

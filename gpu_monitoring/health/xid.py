@@ -11,7 +11,7 @@ from typing import AbstractSet, Dict, List
 
 import yaml
 
-from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.status import Status
 
 CATALOG_PATH = Path(__file__).parent / "xid_catalog.yaml"
 

@@ -5,7 +5,7 @@ from typing import List
 
 from gpu_monitoring.attribution.idle_reasons import Zombie, describe
 from gpu_monitoring.health.device_health import Health
-from gpu_monitoring.health.service_checks import Status
+from gpu_monitoring.status import Status
 
 
 def judge(health: Health, zombies: List[Zombie], held: float) -> None:

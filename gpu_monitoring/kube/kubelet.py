@@ -20,12 +20,12 @@ import time
 from collections import deque
 from typing import Callable, Deque, List, Optional, Set
 
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube import DEFAULT_TTL
 from gpu_monitoring.kube.pod_list import PodInfo
 from gpu_monitoring.kube.pod_list_reader import PodListReader
 from gpu_monitoring.net.bounded_read import MIB, Deadline, ReadLimitExceeded
 from gpu_monitoring.net.http_get import Answer, Peer, bounded_get
+from gpu_monitoring.status import Status
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import time
 from typing import Any, Callable, Mapping, Optional, Union
 
 from gpu_monitoring.config.proc_root import default_proc_root
-from gpu_monitoring.config.rules import KERNEL_LOG_NONE, RULES, Rule, exporter_url
-from gpu_monitoring.config.spec_options import DEFAULTS
-from gpu_monitoring.config.value_checks import OptionError, socket_path, text
 from gpu_monitoring.deps import MissingPackage, require
+from gpu_monitoring.options.rules import KERNEL_LOG_NONE, RULES, Rule, exporter_url
+from gpu_monitoring.options.spec_options import DEFAULTS
+from gpu_monitoring.options.value_checks import OptionError, socket_path, text
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.journal import JournalLockedError
 

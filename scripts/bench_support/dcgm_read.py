@@ -16,11 +16,11 @@ from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.exposition import METRICS, Known, parse
 from gpu_monitoring.dcgm.freshness import Freshness
 from gpu_monitoring.dcgm.join import LINK_METRICS, join, wanted
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.simulator import SimClock, SimulatedNvml, load
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer
 from gpu_monitoring.simulator.scenario import DcgmExporterSpec
 from gpu_monitoring.snapshot import Device, Node, Snapshot
+from gpu_monitoring.status import Status
 
 from .report import Report, Table
 

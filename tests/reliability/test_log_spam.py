@@ -11,8 +11,8 @@ import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.simulator.scenario import SCENARIO_DIR
+from gpu_monitoring.status import Status
 
 from ..conftest import INTERVAL
 from ..sidecar_support import SidecarProcess

@@ -23,7 +23,6 @@ from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring.check import CURSOR
 from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
-from gpu_monitoring.health.service_checks import Status
 from gpu_monitoring.kube.kubelet import MAX_BODY_BYTES, KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_resources import (
     ALLOCATABLE_METHOD,
@@ -38,6 +37,7 @@ from gpu_monitoring.net.bounded_read import MIB
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.simulator.kubelet_server import pod_list
 from gpu_monitoring.snapshot import Device, Event, Node, Process, Snapshot
+from gpu_monitoring.status import Status
 
 from ..attribution_support import funnel, kubelet_check
 from ..test_sidecar import SIDECAR_CHECK, sidecar_check

@@ -1,5 +1,5 @@
 """The kinds of value an option takes: each checks its type and range, with an error that names the
-option and what it accepts. config.rules says which option takes which; the models and the sidecar's
+option and what it accepts. options.rules says which option takes which; the models and the sidecar's
 command line (whose install has no datadog_checks.base) both check with them."""
 
 import math

@@ -1,12 +1,12 @@
-"""The rule of each option: the kind of value it takes (config.value_checks) with its choices and bounds.
+"""The rule of each option: the kind of value it takes (options.value_checks) with its choices and bounds.
 The models run them (config_models/validators.py), and the sidecar's command line checks its flags with
 them too (gpu_monitoring.sidecar.command): neither this module nor the sidecar needs pydantic."""
 
 from functools import partial
 from typing import Any, Callable, Dict, Sequence
 
-from gpu_monitoring.config.spec_options import CHOICES
-from gpu_monitoring.config.value_checks import (
+from gpu_monitoring.options.spec_options import CHOICES
+from gpu_monitoring.options.value_checks import (
     OptionError,
     absolute_path,
     boolean,
