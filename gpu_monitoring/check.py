@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Un
 from datadog_checks.base import AgentCheck, ConfigurationError
 from datadog_checks.base.utils.tagging import tagger
 
-from gpu_monitoring.attribution import Attribution, DeviceView, PriceOf, attribute, hourly_price
+from gpu_monitoring.attribution.capacity import PriceOf
+from gpu_monitoring.attribution.fleet import hourly_price
+from gpu_monitoring.attribution.pipeline import Attribution, DeviceView, attribute
 from gpu_monitoring.config.derived import Derived, derive
 from gpu_monitoring.config_models import ConfigMixin
 from gpu_monitoring.dcgm import DcgmReader
@@ -36,8 +38,9 @@ from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.snapshot import Allocations, Device, Node, Snapshot
 from gpu_monitoring.sources import LocalSource, SidecarSource
 from gpu_monitoring.status import Status
-from gpu_monitoring.submission import NodeReport, Submitter
 from gpu_monitoring.submission.fabric_identity import FabricIdentities
+from gpu_monitoring.submission.node import NodeReport
+from gpu_monitoring.submission.submitter import Submitter
 
 # pynvml and grpcio (local mode) and the simulator are imported where they are used: the Agent
 # ships neither package, and sidecar mode needs neither.

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from gpu_monitoring.attribution import attribute
+from gpu_monitoring.attribution.pipeline import attribute
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.kube.dra_names import DraDeviceRef, parse_dra_name
 from gpu_monitoring.kube.pod_list import ContainerInfo, PodInfo

@@ -1,12 +1,13 @@
 """The funnel's basis: `effective` and each workload's idleness rest on SM activity where GPM or DCGM
 gives it, then graphics-engine activity, then utilization.gpu, and the fleet series say which."""
 
-from gpu_monitoring.attribution import attribute
+from gpu_monitoring.attribution.pipeline import attribute
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.health.device_health import Health
 from gpu_monitoring.health.node_health import NodeVerdict
 from gpu_monitoring.snapshot import Device, MigInstance, Node, Process, Snapshot
-from gpu_monitoring.submission import NodeReport, Submitter
+from gpu_monitoring.submission.node import NodeReport
+from gpu_monitoring.submission.submitter import Submitter
 
 from .conftest import tag_dict
 

@@ -20,7 +20,7 @@ from gpu_monitoring.metrics.spec import NAMESPACE, SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.server import UnixHttpServer
-from gpu_monitoring.submission import Submitter, UnknownMetric
+from gpu_monitoring.submission.submitter import Submitter, UnknownMetric
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpu_monitoring"
 # The one module that may spell a metric's name.

@@ -11,7 +11,8 @@ import re
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from gpu_monitoring.attribution import DeviceView, Holder, Tagger
+from gpu_monitoring.attribution.holders import Holder, Tagger
+from gpu_monitoring.attribution.pipeline import DeviceView
 from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 
 # Keys a MIG instance sets for itself instead of taking its parent's.

@@ -10,7 +10,7 @@ collector off.
 
 from typing import Any, Callable, Dict, List
 
-from gpu_monitoring.attribution import attribute
+from gpu_monitoring.attribution.pipeline import attribute
 
 from .floor import FloorCheck
 from .harness import Bench, median_ms
