@@ -2,10 +2,16 @@
 
 import json
 import logging
-from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Tuple, Union
 
-from gpu_monitoring.deps import MissingPackage
+from gpu_monitoring.deps import MissingPackage, require
+from gpu_monitoring.node.boot import read_boot_id
+from gpu_monitoring.node.hardware import HardwareReader
 from gpu_monitoring.node.kernel_events import KernelEvents
+from gpu_monitoring.node.kernel_log import KernelLog
+from gpu_monitoring.node.kernel_records import Cursor as KernelCursor
 from gpu_monitoring.nvml.errors import LibraryUnavailable
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
@@ -13,8 +19,17 @@ from gpu_monitoring.snapshot import Event, Node, Snapshot, load
 
 if TYPE_CHECKING:
     from gpu_monitoring.collectors.node_reader import NodeReader
+    from gpu_monitoring.config.derived import Derived
+    from gpu_monitoring.config_models import InstanceConfig
+    from gpu_monitoring.kube.allocations import AllocationReader
 
 log = logging.getLogger(__name__)
+
+# Where each source stopped reading, in the persistent cache: the sidecar's journal, and in local mode the
+# kernel's log (a sidecar keeps its own place in the log beside its journal).
+SIDECAR_CURSOR = "sidecar_event_cursor"
+KERNEL_CURSOR = "kernel_log_cursor"
+
 
 
 class Cursor(NamedTuple):
@@ -49,8 +64,10 @@ class LocalSource:
     `save_kernel_cursor` once a run submitted what it read."""
 
     def __init__(self, open_reader: Callable[[], "NodeReader"], kernel: Optional[KernelEvents] = None,
-                 save_kernel_cursor: Callable[[str], None] = lambda _: None):
+                 save_kernel_cursor: Callable[[str], None] = lambda _: None,
+                 hardware: Optional[HardwareReader] = None):
         self._open = open_reader
+        self._hardware = hardware
         self.reader: Optional[NodeReader] = None
         self.kernel = kernel
         self.save_kernel_cursor = save_kernel_cursor
@@ -65,6 +82,15 @@ class LocalSource:
         snapshot = self.reader.read()
         snapshot.events += self.kernel_events(snapshot.node)
         return snapshot
+
+    def read_without_nvml(self) -> Snapshot:
+        """The node around its GPUs (sysfs, the driver's record) and the kernel's log, for a run whose NVML
+        cannot be read: a driver that brought up none of the GPUs on the bus is the node's fault to tell,
+        and the kernel's log may say why."""
+        node = Node()
+        if self._hardware is not None:
+            self._hardware.read_into(node)
+        return Snapshot(timestamp=node.read_at or time.time(), node=node, events=self.kernel_events(node))
 
     def kernel_events(self, node: Node) -> List[Event]:
         """The kernel's events not yet submitted, and into `node` why the log cannot be read, if it cannot."""
@@ -179,3 +205,47 @@ class SidecarSource:
 
     def close(self) -> None:
         """The sidecar owns NVML; nothing to release here."""
+
+
+def open_source(config: "InstanceConfig", derived: "Derived", read_cache: Callable[[str], Optional[str]],
+                write_cache: Callable[[str, str], None], allocations: Optional["AllocationReader"], library: Any,
+                clock: Callable[[], float]) -> Union[LocalSource, SidecarSource]:
+    """The source an instance reads: the sidecar, or NVML in this process (loaded from `library`, a simulated
+    node's, else from `nvml_library_path`, else by the dynamic linker) with the kernel's log from where this
+    check last stopped in this boot, each keeping its place in the persistent cache."""
+    if config.source == "sidecar":
+        return SidecarSource(SidecarClient(config.sidecar_socket), partial(read_cache, SIDECAR_CURSOR),
+                             partial(write_cache, SIDECAR_CURSOR))
+    proc_root = derived.proc_root
+    stored = KernelCursor.loads(read_cache(KERNEL_CURSOR))
+    kernel = KernelEvents(KernelLog(derived.kernel_log, proc_root, read_boot_id(proc_root), stored), proc_root)
+    hardware = HardwareReader(derived.sysfs_root, proc_root, clock)
+    if library is None and config.nvml_library_path:
+        library = _library_path(config.nvml_library_path)
+    return LocalSource(partial(_open_reader, derived, allocations, library, clock), kernel,
+                       partial(write_cache, KERNEL_CURSOR), hardware)
+
+
+def _library_path(path: str) -> Any:
+    from gpu_monitoring.nvml.library import LibraryPath
+
+    return LibraryPath(path, "nvml_library_path")
+
+
+def _open_reader(derived: "Derived", allocations: Optional["AllocationReader"], library: Any,
+                 clock: Callable[[], float]) -> "NodeReader":
+    require("pynvml")  # a missing package is named, with the command that adds it
+    from gpu_monitoring.collectors.node_reader import NodeReader
+    from gpu_monitoring.nvml.session import NvmlSession
+
+    return NodeReader(
+        NvmlSession(library),
+        disabled=derived.disabled_collectors,
+        proc_root=derived.proc_root,
+        allocations=allocations,
+        # What the profile does not send is not read, where a read gives nothing else: health
+        # and attribution judge only metrics of the smallest profile or reads that give them.
+        profile=derived.profile,
+        sysfs_root=derived.sysfs_root,
+        clock=clock,
+    )

@@ -79,7 +79,7 @@ class DraNode:
         """The workload series the check submits for an attribution."""
         aggregator.reset()
         healths = {i: Health() for i in self.devices}
-        self.sim.check.submitter.submit(self.snapshot, healths, attribution, self.sim.check._node(self.snapshot))
+        self.sim.check.submitter.submit(self.snapshot, healths, attribution, self.sim.check.judge.node(self.snapshot))
         return [dict(tag_dict(stub.tags), value=stub.value) for stub in self.sim.series("workload.cost.hourly")]
 
 

@@ -85,7 +85,7 @@ def test_off_kubernetes(node, host_proc_root, aggregator):
     dgx = node("dgx-h100", kubernetes=False, proc_root=str(host_proc_root), hourly_price={"NVIDIA H100*": 4.0})
     dgx.run(2)
     # The simulated node still has its proc root, but serves no kubelet API.
-    assert dgx.check.kubelet is None and dgx.check.simulated_node.kubelet is None
+    assert dgx.check.pods is None and dgx.check.simulated_node.kubelet is None
     assert aggregator.service_checks(KUBELET_CHECK) == []
     sm_active = dgx.values("sm_active")
     effective = sum(1 for index in RUNNING if sm_active[index] >= 50)

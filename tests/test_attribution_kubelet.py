@@ -136,7 +136,7 @@ def test_a_failing_kubelet_is_asked_once_per_ttl(node, how, status, reason):
     server = dgx.check.simulated_node.kubelet
     degrade(server, how)
     dgx.run(RUNS)
-    assert dgx.check.kubelet.requests == 1
+    assert dgx.check.pods.kubelet.requests == 1
     assert server.requests == (0 if how == "stopped" else 1)
 
 

@@ -104,7 +104,7 @@ def test_the_constructor_does_no_io_and_starts_nothing(instance, temp_dir):
     assert _settles(lambda: set(threading.enumerate()) <= set(threads)), set(threading.enumerate()) - set(threads)
     assert _settles(lambda: set(open_fds()) <= set(fds)), set(open_fds()) - set(fds)
     assert list(temp_dir.iterdir()) == []
-    assert (check.source, check.kubelet, check.allocation_reader) == (None, None, None)
+    assert (check.source, check.pods, check.judge) == (None, None, None)
     if check.simulated_node is not None:
         assert (check.simulated_node.kubelet, check.simulated_node.pod_resources) == (None, None)
     check.cancel()  # before any run: nothing to close
@@ -115,7 +115,7 @@ def test_a_simulated_node_starts_on_the_first_run_and_stops_on_cancel(aggregator
     node = check.simulated_node
     assert check.run() == ""
     # The options point at what the node stands in for; the instance's own price still wins.
-    assert check.kubelet.url == f"{node.kubelet.url}/pods"
+    assert check.pods.kubelet.url == f"{node.kubelet.url}/pods"
     assert check.derived.pod_resources_socket == node.pod_resources.socket_path
     assert Path(check.derived.proc_root).parent.parent == temp_dir
     assert check.derived.hourly_price == {"*": 1.5}

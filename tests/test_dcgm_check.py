@@ -10,9 +10,9 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.dev.utils import get_service_checks
 
-from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
 from gpu_monitoring.dcgm.freshness import Freshness
+from gpu_monitoring.dcgm.reader import DcgmReader
 from gpu_monitoring.kube.pod_list import parse_pod_list
 from gpu_monitoring.snapshot import Device, Node, Snapshot
 from gpu_monitoring.status import Status

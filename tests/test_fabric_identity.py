@@ -4,9 +4,9 @@ check too, so that a monitor grouped by clique sees it go unhealthy and come bac
 
 import logging
 
-from gpu_monitoring.check import FABRIC_IDENTITIES
+from gpu_monitoring.health.fabric_identity import FabricIdentities
+from gpu_monitoring.health.judge import FABRIC_IDENTITIES
 from gpu_monitoring.snapshot import Device
-from gpu_monitoring.submission.fabric_identity import FabricIdentities
 
 from .conftest import tag_dict
 from .test_demo_cost import scenario
@@ -55,7 +55,7 @@ def test_what_a_restarted_check_reads_back_keeps_them(node):
 def test_each_change_of_clique_is_logged_once(caplog):
     identities = FabricIdentities()
     gpu = Device(index=6, uuid="GPU-6", fabric_clique_id=7, fabric_cluster_uuid="c1")
-    caplog.set_level(logging.INFO, logger="gpu_monitoring.submission.fabric_identity")
+    caplog.set_level(logging.INFO, logger="gpu_monitoring.health.fabric_identity")
     assert identities.fill([gpu]) and not identities.fill([gpu])
     out = Device(index=6, uuid="GPU-6")
     assert not identities.fill([out]) and (out.fabric_clique_id, out.fabric_cluster_uuid) == (7, "c1")

@@ -4,9 +4,9 @@ gives it, then graphics-engine activity, then utilization.gpu, and the fleet ser
 from gpu_monitoring.attribution.pipeline import attribute
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.judge import NodeReport
 from gpu_monitoring.health.node_health import NodeVerdict
 from gpu_monitoring.snapshot import Device, MigInstance, Node, Process, Snapshot
-from gpu_monitoring.submission.node import NodeReport
 from gpu_monitoring.submission.submitter import Submitter
 
 from .conftest import tag_dict

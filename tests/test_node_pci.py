@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from gpu_monitoring.node import SysfsUnavailable
+from gpu_monitoring.node.kernel_files import SysfsUnavailable
 from gpu_monitoring.node.pci import PciReader
 from gpu_monitoring.snapshot import PciFunction
 

@@ -87,7 +87,7 @@ def import_graph() -> Dict[str, Set[str]]:
 
 def test_the_walker_sees_relative_absolute_and_nested_imports():
     graph = import_graph()
-    assert "gpu_monitoring.nvml.session" in graph["gpu_monitoring.check"]  # inside a method
+    assert "gpu_monitoring.nvml.session" in graph["gpu_monitoring.sources"]  # inside a function
     assert "gpu_monitoring.nvml.device" in graph["gpu_monitoring.nvml.readings"]  # from .device import
     assert "gpu_monitoring.nvml.library" in graph["gpu_monitoring.nvml.session"]  # from . import library
 
@@ -158,3 +158,12 @@ def test_the_rule_tells_a_call_from_a_constant():
     assert _is_data(pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong) and _is_data(pynvml.c_nvmlDevice_t)
     assert not _is_data(pynvml.nvmlDeviceGetUUID) and not _is_data(pynvml.NVMLError)
     assert not _is_data(pynvml._nvmlGetFunctionPointer)
+
+
+def test_the_check_orchestrates_and_reads_nothing_itself():
+    # The node, NVML and the kernel's log are read by the source, judged by the judge: the check only
+    # opens them and hands each step's output to the next.
+    readers = ("gpu_monitoring.node", "gpu_monitoring.collectors", "gpu_monitoring.nvml")
+    read_here = {target for target in import_graph()["gpu_monitoring.check"]
+                 if target.startswith(readers) and target != "gpu_monitoring.nvml.errors"}
+    assert read_here == set()

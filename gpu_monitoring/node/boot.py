@@ -4,7 +4,7 @@
 import os
 from typing import Optional
 
-from gpu_monitoring.node import read_value
+from gpu_monitoring.node.kernel_files import read_value
 
 BOOT_ID = ("sys", "kernel", "random", "boot_id")
 

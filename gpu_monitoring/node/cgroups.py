@@ -28,7 +28,7 @@ previous run, on the injected clock:
 - `quota_cores`: quota / period; None where unbounded.
 
 Cost per run: three small reads per cgroup on v2 (two on v1), the quota's once a minute, and one `stat`
-read per process that ran no kernel, each through the file descriptor (node.read_value); on the simulated
+read per process that ran no kernel, each through the file descriptor (node.kernel_files.read_value); on the simulated
 dgx-h100 (six workloads, eight processes) about 0.1 ms (`scripts/bench.py --cgroups`). Placing a process's
 cgroup is done once, with its owner.
 """
@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple, Union
 
-from gpu_monitoring.node import read_count, read_value
 from gpu_monitoring.node.cgroup_paths import (
     CGROUP_MOUNT,
     CPU_HIERARCHIES,
@@ -49,6 +48,7 @@ from gpu_monitoring.node.cgroup_paths import (
     cgroup_version,
     hierarchy,
 )
+from gpu_monitoring.node.kernel_files import read_count, read_value
 from gpu_monitoring.node.procfs import stat_fields
 from gpu_monitoring.snapshot import CgroupUse, Process
 

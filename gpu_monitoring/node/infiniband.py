@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import PCI_ADDRESS, AerTurns, aer_paths, parent_port, read_aer, read_count, read_value
+from gpu_monitoring.node.kernel_files import read_count, read_value
+from gpu_monitoring.node.pci_links import PCI_ADDRESS, AerTurns, aer_paths, parent_port, read_aer
 from gpu_monitoring.snapshot import NetworkPort
 
 INFINIBAND_DIRECTORY = ("class", "infiniband")

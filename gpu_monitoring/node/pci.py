@@ -8,7 +8,8 @@ which drivers/pci/pci-sysfs.c writes as "0x%04x" and "0x%06x" ("0x10de", "0x2330
 import os
 from typing import Dict, List, Optional, Tuple
 
-from gpu_monitoring.node import AerTurns, SysfsUnavailable, aer_paths, parent_port, read_aer, read_value
+from gpu_monitoring.node.kernel_files import SysfsUnavailable, read_value
+from gpu_monitoring.node.pci_links import AerTurns, aer_paths, parent_port, read_aer
 from gpu_monitoring.snapshot import PciFunction
 
 DEVICES_DIRECTORY = ("bus", "pci", "devices")

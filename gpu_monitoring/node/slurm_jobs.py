@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from gpu_monitoring.node import read_value
 from gpu_monitoring.node.cgroup_paths import CGROUP_MOUNT
+from gpu_monitoring.node.kernel_files import read_value
 from gpu_monitoring.node.procfs import environment, real_uid, with_environment
 from gpu_monitoring.snapshot import SlurmAllocation, SlurmJob
 

@@ -27,7 +27,7 @@ from gpu_monitoring.sidecar.server import ApiError, Response, UnixHttpServer, in
 # The exporter's reader (prometheus_client's parser, an HTTP client) is loaded only by a sidecar told
 # to read one: most read none.
 if TYPE_CHECKING:
-    from gpu_monitoring.dcgm import DcgmReader
+    from gpu_monitoring.dcgm.reader import DcgmReader
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _open_journal(directory: str, wait_seconds: float = 30.0) -> Journal:
 
 
 def _dcgm_reader(url: str) -> "DcgmReader":
-    from gpu_monitoring.dcgm import DcgmReader
+    from gpu_monitoring.dcgm.reader import DcgmReader
 
     return DcgmReader(url)
 

@@ -1,23 +1,14 @@
 """The node's own series and its health service check: GPUs on the PCI bus and expected, held
 verdicts, escalated GPUs, each InfiniBand/RoCE port's series, and `node.health`."""
 
-from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring.health.node_health import NodeVerdict
+from gpu_monitoring.health.judge import NodeReport
 from gpu_monitoring.metrics.names import NODE_GPUS_ESCALATED, NODE_GPUS_EXPECTED, NODE_GPUS_PCI, NODE_VERDICTS_HELD
 
 NODE_HEALTH_CHECK = "node.health"
-
-
-@dataclass
-class NodeReport:
-    verdict: NodeVerdict
-    expected_gpus: Optional[int]
-    held: int  # verdicts held on the node, its GPUs' and its own
-    escalated: int  # GPUs that needed a reset too often
 
 
 def submit_node(check: AgentCheck, send: Callable[[str, float, List[str]], None], report: NodeReport,

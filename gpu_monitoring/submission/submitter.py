@@ -13,6 +13,7 @@ from gpu_monitoring.attribution.holders import Holder, Tagger
 from gpu_monitoring.attribution.pipeline import Attribution
 from gpu_monitoring.attribution.workloads import Workload
 from gpu_monitoring.health.device_health import Health
+from gpu_monitoring.health.judge import NodeReport
 from gpu_monitoring.metrics.names import (
     COST_HOURLY,
     COST_IDLE_HOURLY,
@@ -45,7 +46,7 @@ from gpu_monitoring.snapshot import Device, MigInstance, Process, Snapshot
 from gpu_monitoring.submission.events import submit_xids
 from gpu_monitoring.submission.inventory import submit_inventory
 from gpu_monitoring.submission.metric_sink import MetricSink, Route
-from gpu_monitoring.submission.node import NodeReport, submit_node
+from gpu_monitoring.submission.node import submit_node
 from gpu_monitoring.submission.tags import (
     HolderTags,
     claim_tags,

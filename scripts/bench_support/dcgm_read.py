@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import List
 
-from gpu_monitoring.dcgm import DcgmReader
 from gpu_monitoring.dcgm.exposition import METRICS, Known, parse
 from gpu_monitoring.dcgm.freshness import Freshness
 from gpu_monitoring.dcgm.join import LINK_METRICS, join, wanted
+from gpu_monitoring.dcgm.reader import DcgmReader
 from gpu_monitoring.simulator import SimClock, SimulatedNvml, load
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer
 from gpu_monitoring.simulator.scenario import DcgmExporterSpec

@@ -23,24 +23,22 @@ def table(scenario: str, rounds: int, **options: Any) -> Table:
         floor.run()
         check = bench.check
         snapshot = check.source.read()
-        pods = check._pods(snapshot.allocations)
+        judge = check.judge
+        judge.take_in(snapshot)
+        pods = check._read_pods(snapshot)
         attribution = attribute(snapshot, pods, check.config.effective_threshold, check.price_of,
                                 check.derived.expected_gpus)
-        aer = check._aer.count(snapshot.node, snapshot.events)
-        healths = {d.index: check._health(d, snapshot, attribution.devices[d.index], aer)
-                   for d in snapshot.devices}
-        node = check._node(snapshot, aer=aer)
+        healths = judge.gpus(snapshot, attribution)
+        node = judge.node(snapshot)
         stages: Dict[str, Callable[[], object]] = {
             "whole run": bench.run,
             "floor: the same series submitted as gauges": floor.run,
             "reading the node": check.source.read,
             "attribution": lambda: attribute(snapshot, pods, check.config.effective_threshold, check.price_of,
                                              check.derived.expected_gpus),
-            "the kernel's record (what it told, XIDs joined) and PCIe AER counted": lambda: (
-                check._kernel_record(snapshot), check._aer.count(snapshot.node, snapshot.events)),
-            "health": lambda: [check._health(d, snapshot, attribution.devices[d.index], aer)
-                               for d in snapshot.devices],
-            "node health": lambda: check._node(snapshot, aer=aer),
+            "the kernel's record (what it told, XIDs joined) and PCIe AER counted": lambda: judge.take_in(snapshot),
+            "health": lambda: judge.gpus(snapshot, attribution),
+            "node health": lambda: judge.node(snapshot),
             "submission": lambda: check.submitter.submit(snapshot, healths, attribution, node),
         }
         measured: Dict[str, List[float]] = {name: [] for name in stages}

@@ -26,7 +26,7 @@ def table(rounds: int, report: Report) -> Table:
         functions = len(os.listdir(os.path.join(options.sysfs_root, *DEVICES_DIRECTORY)))
         snapshot = bench.check.source.read()
         read_ms = median_ms(thread_times(lambda: hardware.read_into(Node()), rounds))
-        judge_ms = median_ms(thread_times(lambda: bench.check.node_judge.judge(snapshot), rounds))
+        judge_ms = median_ms(thread_times(lambda: bench.check.judge.node_judge.judge(snapshot), rounds))
     nvidia, ports = len(node.pci_functions or ()), len(node.network_ports or ())
     verdict = report.target(f"sysfs read per run ({ports} ports, {functions} PCI functions)", read_ms,
                             f"< {LIMIT_MS:g} ms", read_ms < LIMIT_MS)

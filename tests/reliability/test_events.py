@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.check import CURSOR, GpuMonitoringCheck
+from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.cli.main import main
 from gpu_monitoring.sidecar.pump import BUFFER_EVENTS
+from gpu_monitoring.sources import SIDECAR_CURSOR as CURSOR
 
 from ..conftest import H100_PCIE_NODE, tag_dict
 from ..sidecar_support import SidecarProcess, sidecar_check, wait_until

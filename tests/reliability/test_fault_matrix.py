@@ -435,7 +435,7 @@ def pod_resources(behaviour: str) -> Callable[[Env], SimulatedNode]:
         server.set_behaviour(behaviour)
         # No instance option sets the pod-resources deadline (5 s): a silent socket would hold each
         # run for 5 s, past this matrix's budget, so the reader is given the kubelet cases' deadline.
-        dgx.check.allocation_reader.timeout = TIMEOUT
+        dgx.check.pods.allocations.timeout = TIMEOUT
         return dgx
 
     return build

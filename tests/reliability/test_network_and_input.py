@@ -21,7 +21,6 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring.check import CURSOR
 from gpu_monitoring.dcgm.client import DcgmClient, DcgmError
 from gpu_monitoring.kube.kubelet import MAX_BODY_BYTES, KubeletClient, KubeletError
 from gpu_monitoring.kube.pod_resources import (
@@ -37,6 +36,7 @@ from gpu_monitoring.net.bounded_read import MIB
 from gpu_monitoring.sidecar.client import SidecarClient, SidecarUnavailable
 from gpu_monitoring.simulator.kubelet_server import pod_list
 from gpu_monitoring.snapshot import Device, Event, Node, Process, Snapshot
+from gpu_monitoring.sources import SIDECAR_CURSOR as CURSOR
 from gpu_monitoring.status import Status
 
 from ..attribution_support import funnel, kubelet_check
@@ -307,7 +307,7 @@ def test_a_server_error_page_echoing_the_token_is_quoted_without_it(node, caplog
         dgx = node("dgx-h100", kubelet_url=f"{peer.url}/pods", kubelet_tls_verify=False,
                    kubelet_token_path=token_file, pod_cache_ttl=0)
         dgx.run(2)
-        error = kubelet_failure(dgx.check.kubelet)
+        error = kubelet_failure(dgx.check.pods.kubelet)
     check = kubelet_check()
     assert check.status == AgentCheck.WARNING and "failed with HTTP 500" in check.message, check.message
     said = [check.message, everything_said(error)] + [r.getMessage() for r in caplog.records]

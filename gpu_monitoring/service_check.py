@@ -1,4 +1,4 @@
-"""A service check that says why, and logs each change of reason once."""
+"""A service check that says why, and logs each change of reason once: sources and health send them alike."""
 
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
