@@ -62,7 +62,6 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         self.source: Optional[Union[LocalSource, SidecarSource]] = None
         self.dcgm: Optional[DcgmReader] = None
         self.price_of: Optional[PriceOf] = None
-        self.judge: Optional[Judge] = None
 
     def load_configuration_models(self, package_path=None):
         # The models live beside this module's package, not under it.
@@ -79,23 +78,31 @@ class GpuMonitoringCheck(AgentCheck, ConfigMixin):
         """Open what the runs read: the first run does, or a caller that wants it sooner. A simulated
         node starts first, and what is derived points at what it stands in for (the proc root and prices,
         the kubelet and pod-resources when its scenario has pods); an instance's own values still win.
-        The Agent gives a check its ID, which keys the persistent cache, after making it."""
-        config = self.config
+        """
         if self.simulated_node is not None:
             standing_in = self.simulated_node.start(serve_kubernetes=self.derived.kubernetes != "false")
-            self.derived = derive(config, standing_in)
+            self.derived = derive(self.config, standing_in)
         derived = self.derived
         self.pods = self._node_pods() if self._on_kubernetes() else None
-        self.source = open_source(config, derived, self.read_persistent_cache, self.write_persistent_cache,
-                                  self.pods.allocations if self.pods else None,
-                                  self.simulated_node.nvml.library if self.simulated_node else None, self._node_clock)
-        self.dcgm = DcgmReader(config.dcgm_exporter_url)
-        node_judge = NodeJudge(derived.sysfs_root, derived.expected_gpus, config.expected_network_ports,
-                               config.expected_network_rate, config.network_ports_exclude)
-        rules = Rules(config.xid_ignore, config.temperature_margin, config.fault_hold,
-                      config.fabric_registration_grace, derived.expected_gpus)
-        self.judge = Judge(rules, node_judge, self.read_persistent_cache, self.write_persistent_cache)
-        self.price_of = partial(hourly_price, prices=derived.hourly_price, default=config.default_hourly_price)
+        self.source = open_source(
+            derived, self.read_persistent_cache, self.write_persistent_cache,
+            sidecar_socket=self.config.sidecar_socket if self.config.source == "sidecar" else None,
+            library=self.simulated_node.nvml.library if self.simulated_node else None,
+            library_path=self.config.nvml_library_path, allocations=self.pods.allocations if self.pods else None,
+            clock=self._node_clock)
+        self.dcgm = DcgmReader(self.config.dcgm_exporter_url)
+        self.price_of = partial(hourly_price, prices=derived.hourly_price, default=self.config.default_hourly_price)
+
+    @cached_property
+    def judge(self) -> Judge:
+        """Made when a run first judges, not by `start()`, which a caller may call sooner: the Agent gives a
+        check its ID, which keys the persistent cache the judge's memory is kept in, after making it."""
+        derived = self.derived
+        node_judge = NodeJudge(derived.sysfs_root, derived.expected_gpus, self.config.expected_network_ports,
+                               self.config.expected_network_rate, self.config.network_ports_exclude)
+        rules = Rules(self.config.xid_ignore, self.config.temperature_margin, self.config.fault_hold,
+                      self.config.fabric_registration_grace, derived.expected_gpus)
+        return Judge(rules, node_judge, self.read_persistent_cache, self.write_persistent_cache)
 
     def _node_pods(self) -> NodePods:
         kubelet = KubeletClient(**self.derived.kubelet, http=AgentHttp)

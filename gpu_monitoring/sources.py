@@ -20,7 +20,6 @@ from gpu_monitoring.snapshot import Event, Node, Snapshot, load
 if TYPE_CHECKING:
     from gpu_monitoring.collectors.node_reader import NodeReader
     from gpu_monitoring.config.derived import Derived
-    from gpu_monitoring.config_models import InstanceConfig
     from gpu_monitoring.kube.allocations import AllocationReader
 
 log = logging.getLogger(__name__)
@@ -207,21 +206,22 @@ class SidecarSource:
         """The sidecar owns NVML; nothing to release here."""
 
 
-def open_source(config: "InstanceConfig", derived: "Derived", read_cache: Callable[[str], Optional[str]],
-                write_cache: Callable[[str, str], None], allocations: Optional["AllocationReader"], library: Any,
-                clock: Callable[[], float]) -> Union[LocalSource, SidecarSource]:
-    """The source an instance reads: the sidecar, or NVML in this process (loaded from `library`, a simulated
-    node's, else from `nvml_library_path`, else by the dynamic linker) with the kernel's log from where this
-    check last stopped in this boot, each keeping its place in the persistent cache."""
-    if config.source == "sidecar":
-        return SidecarSource(SidecarClient(config.sidecar_socket), partial(read_cache, SIDECAR_CURSOR),
+def open_source(derived: "Derived", read_cache: Callable[[str], Optional[str]], write_cache: Callable[[str, str], None],
+                sidecar_socket: Optional[str] = None, library: Any = None, library_path: Optional[str] = None,
+                allocations: Optional["AllocationReader"] = None,
+                clock: Callable[[], float] = time.time) -> Union[LocalSource, SidecarSource]:
+    """The source an instance reads: the sidecar at `sidecar_socket`, or NVML in this process (loaded from
+    `library`, a simulated node's, else from `library_path`, else by the dynamic linker) with the kernel's log
+    from where this check last stopped in this boot, each keeping its place in the persistent cache."""
+    if sidecar_socket is not None:
+        return SidecarSource(SidecarClient(sidecar_socket), partial(read_cache, SIDECAR_CURSOR),
                              partial(write_cache, SIDECAR_CURSOR))
     proc_root = derived.proc_root
     stored = KernelCursor.loads(read_cache(KERNEL_CURSOR))
     kernel = KernelEvents(KernelLog(derived.kernel_log, proc_root, read_boot_id(proc_root), stored), proc_root)
     hardware = HardwareReader(derived.sysfs_root, proc_root, clock)
-    if library is None and config.nvml_library_path:
-        library = _library_path(config.nvml_library_path)
+    if library is None and library_path:
+        library = _library_path(library_path)
     return LocalSource(partial(_open_reader, derived, allocations, library, clock), kernel,
                        partial(write_cache, KERNEL_CURSOR), hardware)
 

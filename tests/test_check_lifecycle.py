@@ -104,7 +104,7 @@ def test_the_constructor_does_no_io_and_starts_nothing(instance, temp_dir):
     assert _settles(lambda: set(threading.enumerate()) <= set(threads)), set(threading.enumerate()) - set(threads)
     assert _settles(lambda: set(open_fds()) <= set(fds)), set(open_fds()) - set(fds)
     assert list(temp_dir.iterdir()) == []
-    assert (check.source, check.pods, check.judge) == (None, None, None)
+    assert (check.source, check.pods, check.dcgm) == (None, None, None)
     if check.simulated_node is not None:
         assert (check.simulated_node.kubelet, check.simulated_node.pod_resources) == (None, None)
     check.cancel()  # before any run: nothing to close
