@@ -72,13 +72,24 @@ def gpu_and_node_calls(calls: Counter, gpus: int):
 def test_eight_processes_on_every_gpu(node, tmp_path):
     crowded = node(dgx_variant(tmp_path, "dgx-8x8", eight_processes))
     calls = steady_calls(crowded)
-    # Every GPU busy: 19 calls each (its NVLink fabric once, its PCIe link not at all while the link
-    # does not retrain), and the node's event drain once a run.
-    assert gpu_and_node_calls(calls, 8) == (MAX_CALLS_PER_GPU - 1, 1), calls
+    # Every GPU busy: 18 calls each (its NVLink fabric once, its PCIe link not at all while the link
+    # does not retrain, its MIG mode not at all while it lists processes), and the node's event drain
+    # once a run.
+    assert gpu_and_node_calls(calls, 8) == (18, 1), calls
+    assert calls["nvmlDeviceGetMigMode"] == 0
     assert calls["nvmlDeviceGetGpuFabricInfoV"] == 1 and calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 0
     assert calls["nvmlDeviceGetComputeRunningProcesses_v3"] == calls["nvmlDeviceGetProcessUtilization"] == 1
     assert crowded.values("processes.count") == dict.fromkeys(range(8), 8)
     assert len(processes(crowded, "process.sm_utilization")) == 64
+
+
+def test_every_call_of_the_full_profile_with_eight_processes_a_gpu(node, tmp_path):
+    # metrics_profile full, 8 processes on each GPU, every call counted: field fallbacks (none here)
+    # and each GPU's share of the node's event drain included. Two below the limit: MIG mode is not
+    # asked of a GPU that runs processes (collectors.mig), and nothing a run asks grows with them.
+    calls = steady_calls(node(dgx_variant(tmp_path, "dgx-8x8-full", eight_processes), metrics_profile="full"), runs=4)
+    assert sum(calls.values()) == 18 + 1 / 8 <= MAX_CALLS_PER_GPU - 1.5, calls
+    assert not set(calls) & FALLBACK_FUNCTIONS
 
 
 def test_a_process_count_that_jumps_between_runs_is_listed_whole(node, tmp_path):

@@ -1,6 +1,6 @@
 """What every collector shares: the interface and counter rates."""
 
-from typing import Dict, Hashable, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Generic, Hashable, Iterable, List, Optional, Tuple, TypeVar
 
 from gpu_monitoring.collectors.series import Series, SeriesValue
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
@@ -46,6 +46,36 @@ def sample_key(device: NvmlDevice) -> Tuple[int, Optional[int]]:
 def from_fields(fields: Fields, series: Dict[FieldKey, Series]) -> List[SeriesValue]:
     """The series of the fields that answered."""
     return [(s, fields[key]) for key, s in series.items() if key in fields]
+
+
+T = TypeVar("T")
+
+
+class Seldom(Generic[T]):
+    """Values that change seldom, each read again only once `interval` seconds (of `clock`) have
+    passed since its last read, or when the caller says it may have changed. A read that gets no
+    answer (a passing failure) keeps the value before it; forget() makes the next read of each ask."""
+
+    def __init__(self, interval: float, clock: Callable[[], float]) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last: Dict[Hashable, Tuple[float, Optional[T]]] = {}  # when each was asked, its last value
+
+    def get(self, key: Hashable, read: Callable[[], Optional[T]], again: bool = False) -> Optional[T]:
+        now = self._clock()
+        asked, value = self._last.get(key, (None, None))
+        if again or asked is None or now - asked >= self.interval:
+            answer = read()
+            value = value if answer is None else answer
+            self._last[key] = (now, value)
+        return value
+
+    def last(self, key: Hashable) -> Optional[T]:
+        """The value kept for `key`; None before any answer."""
+        return self._last.get(key, (None, None))[1]
+
+    def forget(self) -> None:
+        self._last = {}
 
 
 class CounterRates:

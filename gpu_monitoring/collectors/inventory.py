@@ -11,9 +11,9 @@ device.persistence_mode (essential) reads neither.
 """
 
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional
 
-from gpu_monitoring.collectors.base import Collector, Fields
+from gpu_monitoring.collectors.base import Collector, Fields, Seldom
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.metrics.names import DEVICE_PERSISTENCE_MODE
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
@@ -32,25 +32,14 @@ class Inventory(Collector):
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, profile: Profile = EVERYTHING) -> None:
         super().__init__(profile)
-        self._clock = clock
         # Each GPU's last persistence mode NVML gave, and when it was asked.
-        self._persistence: Dict[int, Tuple[float, Optional[bool]]] = {}
+        self._persistence: Seldom[bool] = Seldom(PERSISTENCE_INTERVAL, clock)
 
     def collect(self, device: NvmlDevice, fields: Fields) -> List[SeriesValue]:
         if not self.wants(SUBMITTED):
             return []
-        return [(VBIOS_VERSION, device.vbios_version), (PERSISTENCE_MODE, self._persistence_mode(device))]
-
-    def _persistence_mode(self, device: NvmlDevice) -> Optional[bool]:
-        """The last answer; asked again once the interval has passed. A read that gets none (a
-        passing failure) keeps the one before it."""
-        now = self._clock()
-        asked, mode = self._persistence.get(device.index, (None, None))
-        if asked is None or now - asked >= PERSISTENCE_INTERVAL:
-            answer = device.persistence_mode()
-            mode = mode if answer is None else answer
-            self._persistence[device.index] = (now, mode)
-        return mode
+        mode: Optional[bool] = self._persistence.get(device.index, device.persistence_mode)
+        return [(VBIOS_VERSION, device.vbios_version), (PERSISTENCE_MODE, mode)]
 
     def forget(self) -> None:
-        self._persistence = {}
+        self._persistence.forget()

@@ -93,11 +93,12 @@ class NodeReader:
     def _build_collectors(self, profile: Profile) -> List[Collector]:
         enabled = [name for name in COLLECTOR_NAMES if name not in self.disabled]
         gpm = Gpm(pcie="pcie" in enabled, profile=profile)
+        processes = Processes(self.proc_root, profile, self.sysfs_root)
         shared = {
             "utilization": Utilization(profile),
             "gpm": gpm,
             "memory": Memory(profile),
-            "processes": Processes(self.proc_root, profile, self.sysfs_root),
+            "processes": processes,
         }
         per_device = {
             **shared,
@@ -110,7 +111,8 @@ class NodeReader:
             "recovery": Recovery(profile),
             "memory_errors": MemoryErrors(profile),
             "inventory": Inventory(profile=profile),
-            "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled], profile),
+            "mig": Mig([shared[n] for n in ("utilization", "gpm", "memory", "processes") if n in enabled], profile,
+                       processes if "processes" in enabled else None),
         }
         return [per_device[name] for name in enabled]
 

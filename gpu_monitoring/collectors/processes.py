@@ -40,6 +40,7 @@ class Processes(Collector):
         super().__init__(profile)
         self.proc_root = proc_root
         self._since: Dict[SampleKey, int] = {}
+        self._listing: Dict[SampleKey, bool] = {}  # whether each device's latest list held a process
         self._faults = ProcFaults()
         cgroup_of = CgroupPaths(sysfs_root).workload if sysfs_root else None
         self._owners = ProcessOwners(proc_root, cgroup_of) if proc_root else None
@@ -54,7 +55,9 @@ class Processes(Collector):
         try:
             found = self._processes(device.compute_processes(), "compute")
         except CannotAnswer:
+            self._listing.pop(key, None)
             return []
+        self._listing[key] = bool(found)
         if any(map(_may_be_mps_server, found)):
             found = _with_mps_clients(found, self._mps_clients(device))
         usage = self._utilization(device, key, fields.timestamp_us, busy=bool(found))
@@ -67,6 +70,11 @@ class Processes(Collector):
                     (process.sm_utilization, process.memory_utilization, process.encoder_utilization,
                      process.decoder_utilization) = sample
         return [(COUNT, len({process.pid for process in found})), (PROCESSES, found)]
+
+    def listed_any(self, device: NvmlDevice) -> Optional[bool]:
+        """Whether the device's latest process list (this run's, once this collector has run) held a
+        process; None where it has not been listed this session or could not be."""
+        return self._listing.get(sample_key(device))
 
     def _mps_clients(self, device: NvmlDevice) -> List[Process]:
         try:
@@ -121,6 +129,7 @@ class Processes(Collector):
 
     def forget(self) -> None:
         self._since = {}
+        self._listing = {}
 
 
 class ProcFaults:

@@ -276,9 +276,12 @@ class DeviceValues:
 
     # --- MIG ----------------------------------------------------------------------------
 
-    def mig_enabled(self) -> Optional[bool]:
+    def mig_modes(self) -> Optional[Tuple[bool, bool]]:
+        """Whether MIG is enabled now, and whether it will be once the GPU is next unbound or reset (the
+        pending mode, which `nvidia-smi -mig` sets)."""
         mode = self.ask(MIG_MODE)
-        return None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+        return None if mode is None else (mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+                                          mode[1] == pynvml.NVML_DEVICE_MIG_ENABLE)
 
     @cached_property
     def gpu_instance_id(self) -> Optional[int]:

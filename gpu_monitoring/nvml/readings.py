@@ -23,7 +23,8 @@ field for any of these; the nearest ones measure something else):
   counts, so where the driver answers that field they are asked only after it moved (collectors.pcie).
 - nvmlDeviceGetGpuFabricInfoV: no field; the NVLink fabric's registration and health can change at any time.
 - nvmlDeviceGetMigMode: no field (IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE and IS_RESETLESS_MIG_SUPPORTED
-  are capabilities); MIG mode can change while the check runs.
+  are capabilities). A new mode takes effect only when the GPU is idle, so a GPU that lists processes
+  is asked every few minutes, not every run (collectors.mig).
 - nvmlGpmSampleGet and nvmlGpmMetricsGet: GPM metrics come from two samples, never from fields;
   on Hopper they give PCIe throughput too, where the byte-counter fields are 32 bits wide.
 - The process queries (collectors.processes): lists of processes and samples, which fields cannot carry.

@@ -402,7 +402,9 @@ def nvmlDeviceGetMigMode(sim, target, current, pending):
         return NOT_SUPPORTED
     mode = int(bool(target.device.mig))
     put_uint(current, mode)
-    put_uint(pending, mode)
+    # nvml.h: the pending mode is the one the GPU takes at its next unbind or reset (nvmlDeviceSetMigMode
+    # set it while the GPU was in use); a device's `mig_mode_pending` (0 or 1) is such a mode.
+    put_uint(pending, int(target.device.spec.get("mig_mode_pending", mode)))
     return OK
 
 
