@@ -11,7 +11,7 @@ from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import fact, gauge, monotonic_count, store
 from gpu_monitoring.metrics.profile import Profile
 from gpu_monitoring.metrics.spec import SPEC
-from gpu_monitoring.nvml import field
+from gpu_monitoring.nvml.readings import field
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.snapshot import Device, Snapshot

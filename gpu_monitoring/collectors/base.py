@@ -4,8 +4,9 @@ from typing import Callable, Dict, Generic, Hashable, Iterable, List, Optional, 
 
 from gpu_monitoring.collectors.series import Series, SeriesValue
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import FieldKey, NvmlDevice
-from gpu_monitoring.nvml import Values as Fields
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.fields import Values as Fields
 
 
 class Collector:

@@ -14,7 +14,9 @@ from gpu_monitoring.metrics.names import (
     C2C_LINKS_TOTAL,
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import FieldKey, NvmlDevice, c2c_link_count, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.readings import c2c_link_count, field
 
 STATUS = "c2c_status"
 COUNTERS = {"c2c_errors_interrupt": C2C_ERRORS_INTERRUPT, "c2c_errors_replay": C2C_ERRORS_REPLAY,

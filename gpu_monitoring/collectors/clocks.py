@@ -25,8 +25,9 @@ from gpu_monitoring.metrics.names import (
     THROTTLED,
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import CLOCK_EVENT_REASONS as REASONS
-from gpu_monitoring.nvml import CLOCK_EVENT_TIMES, NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.queries import CLOCK_EVENT_REASONS as REASONS
+from gpu_monitoring.nvml.readings import CLOCK_EVENT_TIMES, field
 
 NOT_THROTTLING = REASONS["gpu_idle"] | REASONS["applications_clocks_setting"]
 THROTTLING = sum(REASONS.values()) & ~NOT_THROTTLING

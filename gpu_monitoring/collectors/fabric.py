@@ -15,7 +15,8 @@ from gpu_monitoring.metrics.names import (
     FABRIC_STATE,
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import FabricStatus, NvmlDevice
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fabric import FabricStatus
 
 STATE = gauge(FABRIC_STATE)
 SUMMARY = gauge(FABRIC_HEALTH_SUMMARY)

@@ -17,7 +17,7 @@ from gpu_monitoring.collectors.base import Collector, Fields, Seldom
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.metrics.names import DEVICE_PERSISTENCE_MODE
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import NvmlDevice
+from gpu_monitoring.nvml.device import NvmlDevice
 
 PERSISTENCE_INTERVAL = 600.0
 VBIOS_VERSION, PERSISTENCE_MODE = fact("vbios_version"), fact("persistence_mode")

@@ -12,7 +12,7 @@ from gpu_monitoring.metrics.names import (
     MEMORY_TOTAL,
     MEMORY_USED,
 )
-from gpu_monitoring.nvml import NvmlDevice
+from gpu_monitoring.nvml.device import NvmlDevice
 
 # By the keys of NvmlDevice.memory_info().
 SERIES = {"total": gauge(MEMORY_TOTAL), "used": gauge(MEMORY_USED), "free": gauge(MEMORY_FREE),

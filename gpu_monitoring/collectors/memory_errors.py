@@ -18,7 +18,8 @@ from gpu_monitoring.metrics.names import (
     RETIRED_PAGES_PENDING,
     RETIRED_PAGES_SINGLE_BIT,
 )
-from gpu_monitoring.nvml import ECC_LOCATIONS, NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.readings import ECC_LOCATIONS, field
 
 FIELDS = {
     field("ecc_corrected"): monotonic_count(ECC_ERRORS_CORRECTED),

@@ -22,7 +22,7 @@ from gpu_monitoring.collectors.processes import Processes
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge, store
 from gpu_monitoring.metrics.names import MIG_ENABLED, MIG_INSTANCES, PROCESSES_COUNT
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import NvmlDevice
+from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.snapshot import MigInstance
 
 ENABLED, ENABLED_FACT = gauge(MIG_ENABLED), fact("mig_enabled")

@@ -29,8 +29,11 @@ from gpu_monitoring.kube.allocations import AllocationReader
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.node.driver_gpus import name_lost_devices, read_driver_gpus
 from gpu_monitoring.node.hardware import HardwareReader
-from gpu_monitoring.nvml import EventWatcher, NvmlDevice, NvmlSession, RawEvent, Readings
+from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import CannotAnswer, GpuLost, NvmlUninitialized
+from gpu_monitoring.nvml.events import EventWatcher, RawEvent
+from gpu_monitoring.nvml.readings import Readings
+from gpu_monitoring.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,9 @@ from gpu_monitoring.metrics.names import (
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.metrics.spec import SPEC
-from gpu_monitoring.nvml import CRC_LINKS, FEC_BINS, FieldKey, NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.fields import FieldKey
+from gpu_monitoring.nvml.readings import CRC_LINKS, FEC_BINS, field
 
 # nvml.h: NVML_NVLINK_STATE_INACTIVE 0, _ACTIVE 1, _SLEEP 2 (a link asleep to save power is up).
 INACTIVE, ACTIVE, SLEEP = 0, 1, 2

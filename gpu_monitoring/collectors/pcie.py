@@ -15,7 +15,8 @@ from gpu_monitoring.metrics.names import (
     PCIE_THROUGHPUT_TX,
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.readings import field
 
 BYTE_COUNTERS = [field("pcie_tx_bytes"), field("pcie_rx_bytes")]
 SAMPLED_KIB_PER_S = [field("pcie_tx_kib_per_s"), field("pcie_rx_kib_per_s")]

@@ -10,8 +10,9 @@ from gpu_monitoring.metrics.profile import EVERYTHING, Profile
 from gpu_monitoring.node.cgroup_paths import CgroupPaths
 from gpu_monitoring.node.process_owners import ProcessOwners
 from gpu_monitoring.node.procfs import ProcFault, fault_of
-from gpu_monitoring.nvml import Listed, NvmlDevice, Usage
+from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import CannotAnswer
+from gpu_monitoring.nvml.processes import Listed, Usage
 from gpu_monitoring.snapshot import Process
 
 log = logging.getLogger(__name__)

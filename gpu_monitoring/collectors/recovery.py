@@ -6,7 +6,8 @@ from gpu_monitoring.collectors.base import Collector, Fields
 from gpu_monitoring.collectors.series import SeriesValue, fact, gauge
 from gpu_monitoring.health.recovery_actions import ACTIONS, UNKNOWN
 from gpu_monitoring.metrics.names import DEVICE_RECOVERY_ACTION
-from gpu_monitoring.nvml import NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.readings import field
 
 KEY = field("recovery_action")
 # The value is also a tag, so that a monitor can name the action; one series per action, made once.

@@ -13,7 +13,8 @@ from gpu_monitoring.metrics.names import (
     TEMPERATURE_MEMORY,
     TEMPERATURE_SLOWDOWN_THRESHOLD,
 )
-from gpu_monitoring.nvml import NvmlDevice, field
+from gpu_monitoring.nvml.device import NvmlDevice
+from gpu_monitoring.nvml.readings import field
 
 GPU_TEMPERATURE = gauge(TEMPERATURE)
 SLOWDOWN_THRESHOLD = gauge(TEMPERATURE_SLOWDOWN_THRESHOLD)

@@ -21,8 +21,9 @@ from gpu_monitoring.metrics.names import (
     UTILIZATION_MEMORY,
 )
 from gpu_monitoring.metrics.profile import EVERYTHING, Profile
-from gpu_monitoring.nvml import GpmMetric, GpmSampler, NvmlDevice
+from gpu_monitoring.nvml.device import NvmlDevice
 from gpu_monitoring.nvml.errors import CannotAnswer
+from gpu_monitoring.nvml.gpm import GpmMetric, GpmSampler
 
 GPU, MEMORY = gauge(UTILIZATION_GPU), gauge(UTILIZATION_MEMORY)
 ENCODER, DECODER = gauge(UTILIZATION_ENCODER), gauge(UTILIZATION_DECODER)
