@@ -256,8 +256,8 @@ def _orchestrator_tags(entity: str) -> List[str]:
 
 
 def _simulated_node(scenario: str) -> "SimulatedNode":
-    from gpu_monitoring.simulator import ScenarioError
     from gpu_monitoring.simulator.node import simulated_node
+    from gpu_monitoring.simulator.scenario import ScenarioError
 
     try:
         return simulated_node(scenario)

@@ -329,9 +329,10 @@ def main() -> int:
         return 0
     library = None
     if args.simulate:
-        from gpu_monitoring.simulator import SimulatedNvml, load
+        from gpu_monitoring.simulator.library import SimulatedNvml
+        from gpu_monitoring.simulator.scenario import load as load_scenario
 
-        library = SimulatedNvml(load(args.simulate)).library
+        library = SimulatedNvml(load_scenario(args.simulate)).library
     report = driver_answers(library)
     report["check"] = check_costs(args.simulate, args.runs, args.interval)
     json.dump(report, sys.stdout, indent=1, default=repr)

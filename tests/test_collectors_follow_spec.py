@@ -5,7 +5,6 @@ from typing import List
 
 import pytest
 
-from gpu_monitoring import simulator
 from gpu_monitoring.collectors.base import Collector
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import fact, gauge, monotonic_count, store
@@ -13,7 +12,11 @@ from gpu_monitoring.metrics.profile import Profile
 from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.nvml.readings import field
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.node import simulated_node
+from gpu_monitoring.simulator.scenario import available
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Device, Snapshot
 
 # Device-scope metrics that submission makes (prices, processes left out by max_processes), not a collector.
@@ -51,7 +54,7 @@ def test_readings_are_stored_by_kind_and_part():
 
 
 def _snapshots(scenario: str, runs: int = 3) -> List[Snapshot]:
-    node = simulated_node(scenario, simulator.SimClock(speed=0))
+    node = simulated_node(scenario, SimClock(speed=0))
     standing_in = node.start(serve_kubernetes=False)
     reader = NodeReader(NvmlSession(node.nvml.library), proc_root=standing_in["proc_root"])
     try:
@@ -74,7 +77,7 @@ NVLINK5_BOARD = str(Path(__file__).parent / "data" / "nvlink5-board.yaml")
 def produced() -> dict:
     """Every metric each scenario's collectors produced over three runs, by scenario."""
     found = {}
-    for scenario in [*simulator.available(), NVLINK5_BOARD]:
+    for scenario in [*available(), NVLINK5_BOARD]:
         names = set()
         for snapshot in _snapshots(scenario):
             for device in snapshot.devices:
@@ -115,7 +118,7 @@ class RunRecorder(Collector):
 
 
 def test_the_node_run_tells_collectors_a_run_begins_before_any_device():
-    sim = simulator.SimulatedNvml(simulator.load("t4-shared"), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario("t4-shared"), SimClock(speed=0))
     reader = NodeReader(NvmlSession(sim.library))
     recorder = RunRecorder()
     reader.collectors.append(recorder)
@@ -129,7 +132,7 @@ def test_the_node_run_tells_collectors_a_run_begins_before_any_device():
 
 
 def test_the_node_reader_hands_every_collector_its_profile_when_it_builds_it():
-    sim = simulator.SimulatedNvml(simulator.load("a100-mig"), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario("a100-mig"), SimClock(speed=0))
     essential = Profile("essential")
     reader = NodeReader(NvmlSession(sim.library), proc_root=None, watch_events=False, profile=essential)
     try:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from gpu_monitoring import simulator
 from gpu_monitoring.cli.main import main
 from gpu_monitoring.cli.status import CRITICAL_FOUND
+from gpu_monitoring.simulator.scenario import available
 from tests.test_demo_cost import device_prices, scenario
 
 SLICES = re.compile(r"^(\d+)g\.")
@@ -20,7 +20,7 @@ def total(simulated, metric):
     return sum(stub.value for stub in simulated.series(metric))
 
 
-@pytest.mark.parametrize("name", simulator.available())
+@pytest.mark.parametrize("name", available())
 def test_node_cost_is_its_workloads_and_unallocated_capacity(node, name):
     simulated = node(name).run()
     unallocated = total(simulated, "fleet.cost.unallocated_hourly")

@@ -8,10 +8,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_monitoring.simulator import ScenarioError
 from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.dcgm_exporter_server import DEFAULT_COUNTERS, PROFILING_COUNTERS
 from gpu_monitoring.simulator.node import simulated_node
+from gpu_monitoring.simulator.scenario import ScenarioError
 
 GPU_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION"}
 POD_LABELS = {"container", "namespace", "pod"}

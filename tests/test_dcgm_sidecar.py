@@ -13,8 +13,9 @@ from datadog_checks.base.stubs import aggregator as _aggregator
 
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.sidecar import command
-from gpu_monitoring.simulator import SimulatedNvml, load
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Snapshot
 
 from .conftest import tag_dict
@@ -27,7 +28,7 @@ CAN_CONNECT = "gpu_monitoring.dcgm.can_connect"
 
 @pytest.fixture
 def exporter():
-    nvml = SimulatedNvml(load(SCENARIO))
+    nvml = SimulatedNvml(load_scenario(SCENARIO))
     with DcgmExporterServer(nvml, nvml.scenario.dcgm_exporter) as server:
         yield server
 
@@ -86,7 +87,7 @@ def test_a_sidecar_given_the_url_serves_dcgm_activity_and_the_check_reads_no_exp
 
 def test_an_exporter_down_behind_the_sidecar_is_the_checks_critical(sidecars, check_on, caplog):
     caplog.set_level(logging.INFO)
-    nvml = SimulatedNvml(load(SCENARIO))
+    nvml = SimulatedNvml(load_scenario(SCENARIO))
     with DcgmExporterServer(nvml, nvml.scenario.dcgm_exporter) as gone:
         url = gone.url  # its port, closed once it has stopped
     check = check_on(sidecars(SCENARIO, "--dcgm-exporter-url", url))

@@ -13,6 +13,7 @@ import yaml
 
 from gpu_monitoring import simulator
 from gpu_monitoring.cli.main import main
+from gpu_monitoring.simulator.scenario import available
 
 SCENARIOS = Path(simulator.__file__).parent / "scenarios"
 
@@ -46,7 +47,7 @@ def demo(capsys, *args):
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", simulator.available())
+@pytest.mark.parametrize("name", available())
 def test_every_scenario_prices_its_gpus(node, name):
     raw = scenario(name)
     prices = device_prices(raw)

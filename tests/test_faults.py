@@ -11,9 +11,11 @@ import logging
 import pytest
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring import simulator
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 
 from .conftest import H100_PCIE_NODE, tag_dict
 
@@ -203,7 +205,7 @@ def test_lost_gpu_keeps_its_identity_across_nvml_restarts():
     # While a GPU stays lost, the node reader restarts NVML every `lost_restart_interval` seconds
     # (300 by default; 0 here so that every run after the loss restarts). The GPU is still the same
     # GPU: its UUID, name and PCI bus id (and so its tags) must not be forgotten by the restart.
-    sim = simulator.SimulatedNvml(simulator.load("faults"), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario("faults"), SimClock(speed=0))
     reader = NodeReader(NvmlSession(sim.library), lost_restart_interval=0)
     try:
         snapshots = []

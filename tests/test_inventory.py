@@ -6,13 +6,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from gpu_monitoring import simulator
 from gpu_monitoring.collectors.inventory import PERSISTENCE_INTERVAL, Inventory
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.collectors.series import store
 from gpu_monitoring.metrics.profile import Profile
 from gpu_monitoring.nvml.fields import Values
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Device, Node, Snapshot
 from gpu_monitoring.submission.inventory import submit_inventory
 
@@ -44,7 +46,7 @@ class Clock:
 @contextmanager
 def started(scenario):
     """A started NVML session on the simulated driver of `scenario` (a name or a YAML path)."""
-    sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario(scenario), SimClock(speed=0))
     session = NvmlSession(sim.library)
     session.start()
     try:
@@ -157,7 +159,7 @@ def test_nothing_is_read_where_the_metrics_profile_sends_neither(mixed):
 
 
 def test_the_node_run_puts_both_in_the_snapshot_and_reads_again_after_a_restart():
-    sim = simulator.SimulatedNvml(simulator.load("gh200"), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario("gh200"), SimClock(speed=0))
     reader = reader_of(sim)
     try:
         taken = reader.read()
@@ -186,7 +188,7 @@ def submitted(snapshot, base_tags=("rack:a1",)):
 
 
 def test_node_info_and_persistence_mode_of_a_node_of_two_models():
-    sim = simulator.SimulatedNvml(simulator.load("legacy-driver"), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario("legacy-driver"), SimClock(speed=0))
     reader = reader_of(sim)
     try:
         snapshot = reader.read()

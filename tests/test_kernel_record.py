@@ -13,7 +13,7 @@ from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.health.kernel_memory import KernelMemory
 from gpu_monitoring.node.kernel_events import KernelEvents
 from gpu_monitoring.node.kernel_log import KernelLog
-from gpu_monitoring.simulator import SimClock
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.proc_root import build_proc_root, cgroup_text
 from gpu_monitoring.simulator.scenario import resolve

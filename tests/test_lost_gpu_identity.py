@@ -8,19 +8,21 @@ import pytest
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import simulator
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.node.driver_gpus import read_driver_gpus
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.proc_root import build_proc_root
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Device, Event, Node, Snapshot, load
 from gpu_monitoring.submission.events import submit_xids
 
 from .conftest import HEALTH, tag_dict
 from .sidecar_support import SidecarProcess, wait_until
 
-LOST = simulator.load("faults").devices[2]
+LOST = load_scenario("faults").devices[2]
 NAMED = {"gpu_uuid": LOST.uuid.lower(), "gpu_index": "2", "gpu_pci_bus_id": LOST.pci_bus_id.lower()}
 
 
@@ -116,7 +118,7 @@ def test_a_sidecar_asked_first_after_the_fall_tags_gpu_2_as_local_mode_does(node
 
 
 def test_nvml_started_after_the_fall_names_the_gpu_from_the_driver(tmp_path):
-    sim = simulator.SimulatedNvml(simulator.load("faults"), simulator.SimClock(speed=0, start=25))
+    sim = SimulatedNvml(load_scenario("faults"), SimClock(speed=0, start=25))
     proc_root = build_proc_root(tmp_path / "proc", [], sim.scenario.devices)
     reader = NodeReader(NvmlSession(sim.library), proc_root=str(proc_root))
     try:
@@ -129,10 +131,10 @@ def test_nvml_started_after_the_fall_names_the_gpu_from_the_driver(tmp_path):
 
 def test_the_driver_record_names_no_gpu_whose_order_nvml_contradicts(tmp_path):
     # GPUs whose bus IDs do not rise with their index: the index tells nothing of where a GPU without one sits.
-    scenario = simulator.load("faults")
+    scenario = load_scenario("faults")
     scenario.devices[0].pci_bus_id, scenario.devices[1].pci_bus_id = (
         scenario.devices[1].pci_bus_id, scenario.devices[0].pci_bus_id)
-    sim = simulator.SimulatedNvml(scenario, simulator.SimClock(speed=0, start=25))
+    sim = SimulatedNvml(scenario, SimClock(speed=0, start=25))
     proc_root = build_proc_root(tmp_path / "proc", [], scenario.devices)
     assert len(read_driver_gpus(str(proc_root))) == 6
     reader = NodeReader(NvmlSession(sim.library), proc_root=str(proc_root))

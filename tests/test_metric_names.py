@@ -11,7 +11,6 @@ from typing import Iterator, List, Tuple
 import pytest
 from datadog_checks.base.stubs import aggregator
 
-from gpu_monitoring import simulator
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.metrics import names, write_names
@@ -20,6 +19,9 @@ from gpu_monitoring.metrics.spec import NAMESPACE, SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.sidecar.server import UnixHttpServer
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.submission.submitter import Submitter, UnknownMetric
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpu_monitoring"
@@ -123,7 +125,7 @@ NEWER = "hbm.stacks.degraded"  # a metric some later version might send
 def served_snapshot(tmp_path) -> dict:
     """A snapshot of a real node read (t4-shared, no Kubernetes), as a newer sidecar serves it: its
     first GPU carries a metric this check does not know, beside the ones it does."""
-    nvml = simulator.SimulatedNvml(simulator.load("t4-shared"), simulator.SimClock(speed=0))
+    nvml = SimulatedNvml(load_scenario("t4-shared"), SimClock(speed=0))
     reader = NodeReader(NvmlSession(nvml.library), proc_root=None, watch_events=False)
     try:
         served = reader.read().to_dict()

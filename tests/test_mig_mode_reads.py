@@ -6,10 +6,12 @@ from contextlib import contextmanager
 
 import yaml
 
-from gpu_monitoring import simulator
 from gpu_monitoring.collectors.mig import MIG_MODE_INTERVAL, Mig
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.simulator.scenario import resolve
 
 from .test_inventory import Clock
@@ -33,7 +35,7 @@ def dgx_h100(tmp_path, **facts_of):
 @contextmanager
 def reading(scenario, clock=None, disabled=()):
     """A node reader on the simulated driver of `scenario`, its MIG collector timed by `clock`."""
-    sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario(scenario), SimClock(speed=0))
     reader = NodeReader(NvmlSession(sim.library), disabled={"mig", *disabled}, proc_root=None, watch_events=False)
     processes = next((c for c in reader.collectors if c.name == "processes"), None)
     reader.collectors.append(Mig([], processes=processes, clock=clock or Clock()))

@@ -5,9 +5,11 @@ import pynvml
 import yaml
 from datadog_checks.base import AgentCheck
 
-from gpu_monitoring import simulator
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.nvml.session import NvmlSession
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.simulator.scenario import resolve
 
 from .conftest import H100_PCIE_NODE
@@ -27,7 +29,7 @@ def board(tmp_path, faults, **model):
 
 def events_until(scenario, seconds):
     """(GPU index, kind, code) of every event the node reads up to `seconds` of scenario time."""
-    sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario(scenario), SimClock(speed=0))
     reader = NodeReader(NvmlSession(sim.library), proc_root=None)
     seen = []
     try:

@@ -17,7 +17,9 @@ from gpu_monitoring.cli.main import main
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import command
 from gpu_monitoring.sidecar.readiness import FRESH_SECONDS, LOCK_SECONDS, NvmlReadiness
-from gpu_monitoring.simulator import SimClock, SimulatedNvml, load
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Device
 
 from .conftest import H100_PCIE_NODE
@@ -102,7 +104,7 @@ def test_not_alive_when_nothing_answers(capsys, tmp_path):
 
 
 def test_the_probe_asks_each_gpu_once_and_reuses_what_a_snapshot_learnt():
-    nvml = SimulatedNvml(load("dgx-h100"), SimClock(speed=0))
+    nvml = SimulatedNvml(load_scenario("dgx-h100"), SimClock(speed=0))
     session = NvmlSession(nvml.library)
     now = [0.0]
     readiness = NvmlReadiness(session, threading.Lock(), clock=lambda: now[0])
@@ -137,7 +139,7 @@ def test_a_hung_nvml_call_fails_readiness_without_hanging_the_probe():
 
 def test_the_start_up_line_names_gpus_driver_journal_and_pod_resources(sidecars):
     sidecar = sidecars("dgx-h100")
-    scenario = load("dgx-h100")
+    scenario = load_scenario("dgx-h100")
     (model,) = {device["name"] for device in scenario.devices}
     count = len(scenario.devices)
     line = start_up_line(sidecar)

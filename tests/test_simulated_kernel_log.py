@@ -13,10 +13,11 @@ from typing import Dict, List
 import pytest
 import yaml
 
-from gpu_monitoring.simulator import ScenarioError, SimClock, load
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.kernel_log import BOOT_UPTIME
 from gpu_monitoring.simulator.node import simulated_node
-from gpu_monitoring.simulator.scenario import resolve
+from gpu_monitoring.simulator.scenario import ScenarioError, resolve
+from gpu_monitoring.simulator.scenario import load as load_scenario
 
 RECORD = re.compile(r"(\d+),(\d+),(\d+),([^;,]*)[^;]*;(.*)")
 FAULTS_RING = 262144
@@ -409,4 +410,4 @@ def test_an_older_kernel_has_no_aer_counters(started, tmp_path):
 ])
 def test_a_kernel_fault_that_cannot_be_is_refused(tmp_path, change, said):
     with pytest.raises(ScenarioError, match=said):
-        load(scenario_file(tmp_path, change))
+        load_scenario(scenario_file(tmp_path, change))

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from gpu_monitoring.nvml import library
-from gpu_monitoring.simulator import ScenarioError, SimClock, load
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.node import simulated_node
-from gpu_monitoring.simulator.scenario import resolve
+from gpu_monitoring.simulator.scenario import ScenarioError, resolve
+from gpu_monitoring.simulator.scenario import load as load_scenario
 
 UUID_LINE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n")
 # 400 Gb/s of which a quarter is carried out of the port, in the 4-octet words the counters count.
@@ -285,4 +286,4 @@ def test_a_node_that_cannot_be_is_refused(tmp_path, change, said):
     path = tmp_path / "faults.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ScenarioError, match=said):
-        load(str(path))
+        load_scenario(str(path))

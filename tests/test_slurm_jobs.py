@@ -12,7 +12,7 @@ import yaml
 
 from gpu_monitoring.node.hardware import HardwareReader
 from gpu_monitoring.node.slurm_jobs import SEARCH_EVERY, SlurmJobReader, device_list_gpus, gpu_ids
-from gpu_monitoring.simulator import SimClock
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.proc_root import build_proc_root
 from gpu_monitoring.simulator.scenario import resolve

@@ -14,6 +14,9 @@ from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.metrics import spec as metric_spec
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar.protocol import DEFAULT_SOCKET
+from gpu_monitoring.simulator.clock import SimClock
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Snapshot
 
 from .conftest import tag_dict
@@ -24,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def collect(scenario, runs):
     """The snapshots of `runs` collections, 15 s of scenario time apart."""
-    sim = simulator.SimulatedNvml(simulator.load(scenario), simulator.SimClock(speed=0))
+    sim = SimulatedNvml(load_scenario(scenario), SimClock(speed=0))
     reader = NodeReader(NvmlSession(sim.library))
     snapshots = []
     try:

@@ -175,7 +175,7 @@ def _wrap(text: str, indent: str = "") -> str:
 def _scenarios() -> str:
     """The scenarios the package ships, as its scenarios directory holds them."""
     try:
-        from gpu_monitoring.simulator import available
+        from gpu_monitoring.simulator.scenario import available
     except ImportError as e:  # the simulator runs beneath pynvml, which sidecar mode does without
         return f"  none here: the simulator needs the package's `deps` extra ({e})"
     return _wrap(", ".join(available()), indent="  ")

@@ -100,8 +100,9 @@ def run_sidecar(args: argparse.Namespace) -> int:
         return 2
     from gpu_monitoring.nvml.library import LibraryPath
     from gpu_monitoring.sidecar.app import Sidecar
-    from gpu_monitoring.simulator import ScenarioError, SimClock
+    from gpu_monitoring.simulator.clock import SimClock
     from gpu_monitoring.simulator.node import simulated_node
+    from gpu_monitoring.simulator.scenario import ScenarioError
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     requested = args.pod_resources_socket

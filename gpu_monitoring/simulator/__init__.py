@@ -1,7 +1,3 @@
-"""A simulated NVML driver beneath the unmodified pynvml bindings (see `library`)."""
-
-from gpu_monitoring.simulator.clock import SimClock
-from gpu_monitoring.simulator.library import SimulatedNvml
-from gpu_monitoring.simulator.scenario import Scenario, ScenarioError, available, load
-
-__all__ = ["SimClock", "SimulatedNvml", "Scenario", "ScenarioError", "available", "load"]
+"""A simulated NVML driver beneath the unmodified pynvml bindings (see `library`), and the node around it
+(`node`): scenarios (`scenario`), their clock (`clock`), and what stands in for sysfs, /proc, the kubelet,
+pod-resources and dcgm-exporter."""

@@ -16,9 +16,11 @@ from gpu_monitoring.dcgm.exposition import METRICS, Known, parse
 from gpu_monitoring.dcgm.freshness import Freshness
 from gpu_monitoring.dcgm.join import LINK_METRICS, join, wanted
 from gpu_monitoring.dcgm.reader import DcgmReader
-from gpu_monitoring.simulator import SimClock, SimulatedNvml, load
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.dcgm_exporter_server import DcgmExporterServer
+from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.scenario import DcgmExporterSpec
+from gpu_monitoring.simulator.scenario import load as load_scenario
 from gpu_monitoring.snapshot import Device, Node, Snapshot
 from gpu_monitoring.status import Status
 
@@ -69,7 +71,7 @@ def measure_whole(rounds: int) -> float:
     """ms of CPU per steady whole read as the check makes it (DcgmReader.enrich, NVML giving PCIe and
     NVLink throughput): this thread's CPU only, the exporter's own (rendering its page) left out. The
     median of `rounds` rounds of WHOLE_READS reads, after one that opens the connection."""
-    nvml = SimulatedNvml(load(WHOLE_READ_SCENARIO), SimClock(speed=0))
+    nvml = SimulatedNvml(load_scenario(WHOLE_READ_SCENARIO), SimClock(speed=0))
     uuids = [device.spec.uuid for device in nvml.devices]
     per_round: List[float] = []
     with DcgmExporterServer(nvml, DcgmExporterSpec()) as exporter:

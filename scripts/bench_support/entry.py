@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gpu_monitoring.simulator import SimulatedNvml, load
+from gpu_monitoring.simulator.library import SimulatedNvml
+from gpu_monitoring.simulator.scenario import load as load_scenario
 
 CALLS = 20000
 TRIALS = 5
@@ -43,7 +44,7 @@ class Entry:
 
 @functools.cache
 def entry() -> Entry:
-    sim = SimulatedNvml(load("dgx-h100"))
+    sim = SimulatedNvml(load_scenario("dgx-h100"))
     sim.clock.set_speed(0)
     sim.library.nvmlInitWithFlags(0)
     out = ctypes.c_uint()

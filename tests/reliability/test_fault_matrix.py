@@ -40,7 +40,6 @@ import yaml
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.stubs import aggregator as _aggregator
 
-from gpu_monitoring import simulator
 from gpu_monitoring.check import GpuMonitoringCheck
 from gpu_monitoring.collectors.node_reader import NodeReader
 from gpu_monitoring.kube.pod_list import TERMINAL_PHASES
@@ -48,9 +47,12 @@ from gpu_monitoring.metrics.spec import SPEC
 from gpu_monitoring.nvml.session import NvmlSession
 from gpu_monitoring.sidecar import protocol
 from gpu_monitoring.simulator.abi import SYMBOLS, prototype
+from gpu_monitoring.simulator.clock import SimClock
 from gpu_monitoring.simulator.kubelet_server import KubeletServer
+from gpu_monitoring.simulator.library import SimulatedNvml
 from gpu_monitoring.simulator.node import simulated_node
 from gpu_monitoring.simulator.scenario import SCENARIO_DIR
+from gpu_monitoring.simulator.scenario import load as load_scenario
 
 from ..conftest import INTERVAL, SimulatedNode, tag_dict
 
@@ -520,7 +522,7 @@ class FakeSidecar:
 @pytest.fixture(scope="module")
 def sidecar_snapshot(tmp_path_factory) -> Dict[str, Any]:
     """What a sidecar on a legacy-driver node (two GPUs) serves, read once by the sidecar's node reader."""
-    nvml = simulator.SimulatedNvml(simulator.load("legacy-driver"), simulator.SimClock(speed=0))
+    nvml = SimulatedNvml(load_scenario("legacy-driver"), SimClock(speed=0))
     reader = NodeReader(NvmlSession(nvml.library), proc_root=str(tmp_path_factory.mktemp("proc")),
                               watch_events=False)
     try:

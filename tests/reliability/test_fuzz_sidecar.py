@@ -38,9 +38,10 @@ def good_snapshot():
     DCGM read added."""
     from gpu_monitoring.collectors.node_reader import NodeReader
     from gpu_monitoring.nvml.session import NvmlSession
-    from gpu_monitoring.simulator import SimulatedNvml, load
+    from gpu_monitoring.simulator.library import SimulatedNvml
+    from gpu_monitoring.simulator.scenario import load as load_scenario
 
-    reader = NodeReader(NvmlSession(SimulatedNvml(load("dgx-h100")).library), proc_root=None,
+    reader = NodeReader(NvmlSession(SimulatedNvml(load_scenario("dgx-h100")).library), proc_root=None,
                               watch_events=False)
     try:
         taken = reader.read().to_dict()
