@@ -166,8 +166,9 @@ def test_a_full_node_of_ports_is_ok_and_sends_each_ports_series():
     assert verdict.health.status is Status.OK
     tags, values = verdict.ports[0]
     assert tags == ["ib_device:mlx5_0", "ib_port:1", "link_layer:infiniband", "netdev:ib0"]
-    assert values == {"network.port.up": 1, "network.port.rate": 400.0, "network.port.errors.link_downed": 0,
-                      "network.port.throughput.rx": 1000.0, "network.port.throughput.tx": 2000.0}
+    assert values == {"network.port.up": 1, "network.port.rate": 400.0, "network.port.expected_rate": 400.0,
+                      "network.port.errors.link_downed": 0, "network.port.throughput.rx": 1000.0,
+                      "network.port.throughput.tx": 2000.0}
 
 
 def test_too_few_ports_up_at_the_expected_rate_is_critical_naming_them():

@@ -5,7 +5,8 @@ Four records of the GPUs are compared: the NVIDIA GPUs on the PCI bus (sysfs), t
 `expected_gpus`. A GPU that never came up in the driver raises no XID: this comparison is the only way
 to see a node running on 3 of its 4 GPUs. Then the InfiniBand and RoCE ports: down, slower than
 expected, flapping (a `link_downed` that grew, which a run before and a run after the flap both miss
-otherwise), and fewer up at the expected rate than the node should have.
+otherwise), and fewer up at the expected rate than the node should have. Each port's series carry the rate
+it is judged against, for monitors to read rather than a rate of their own.
 """
 
 import fnmatch
@@ -23,6 +24,7 @@ from gpu_monitoring.metrics.names import (
     NETWORK_PORT_ERRORS_RCV,
     NETWORK_PORT_ERRORS_SYMBOL,
     NETWORK_PORT_ERRORS_XMIT_DISCARDS,
+    NETWORK_PORT_EXPECTED_RATE,
     NETWORK_PORT_RATE,
     NETWORK_PORT_THROUGHPUT_RX,
     NETWORK_PORT_THROUGHPUT_TX,
@@ -114,9 +116,13 @@ class NodeJudge:
         wanted = expectation(self.expected_ports, self.expected_rate, models)
         read_at = snapshot.node.read_at if snapshot.node.read_at is not None else snapshot.timestamp
         by_port = port_counts(aer or {}, ports)
-        series = [self._series(port, read_at, by_port.get((port.device, port.port))) for port in ports]
+        # The rate each port is judged against is sent too (network.port.expected_rate), from this one
+        # computation: a monitor that reads it cannot disagree with node.health.
+        references = _reference_rates(ports, wanted.rate if wanted.every_port else None)
+        series = [self._series(port, read_at, by_port.get((port.device, port.port)), references.get(port.link_layer))
+                  for port in ports]
         if snapshot.node.network_ports is not None:  # a node without class/infiniband has nothing to judge
-            _network(health, ports, wanted, self._previous)
+            _network(health, ports, wanted, references, self._previous)
         kernel_record(health, snapshot.events, _nic_ports(ports), aer or {}, snapshot.node.kernel_log_problem)
         self._previous = {(p.device, p.port): (read_at, dict(p.counters)) for p in ports}
         self._note(health.notes)
@@ -155,11 +161,15 @@ class NodeJudge:
             log.warning("%s", problem)
         self._told = problem
 
-    def _series(self, port: NetworkPort, timestamp: float, aer: Optional[Counts]) -> PortSeries:
+    def _series(self, port: NetworkPort, timestamp: float, aer: Optional[Counts],
+                reference: Optional[float]) -> PortSeries:
+        """`reference`: the rate the port is judged against (None: its rate is not judged)."""
         values: Dict[str, float] = {NETWORK_PORT_UP: int(_up(port))}
         values.update({AER_SERIES[severity]: count for severity, count in (aer or {}).items()})
         if port.rate_gbps is not None:
             values[NETWORK_PORT_RATE] = port.rate_gbps
+        if reference is not None:
+            values[NETWORK_PORT_EXPECTED_RATE] = reference
         values.update({name: port.counters[key] for key, name in ERRORS.items() if key in port.counters})
         before = self._previous.get((port.device, port.port))
         if before is not None and timestamp > before[0]:
@@ -219,8 +229,8 @@ def _missing(function: PciFunction, in_driver: Optional[set], in_nvml: Optional[
 
 
 def _network(health: Health, ports: List[NetworkPort], wanted: NetworkExpectation,
+             references: Dict[Optional[str], float],
              previous: Dict[Tuple[str, int], Tuple[float, Dict[str, int]]]) -> None:
-    references = _reference_rates(ports, wanted.rate if wanted.every_port else None)
     for port in ports:
         reference = references.get(port.link_layer)
         if not _up(port):
