@@ -134,7 +134,7 @@ def test_faults_alone_show_their_faults(capsys):
 def test_json_carries_the_summary(capsys):
     report = json.loads(check(capsys, "--simulate", "faults", "--json", code=CRITICAL_FOUND))
     summary = report["summary"]
-    assert set(summary) == {"gpus", "funnel", "activity_sources", "cost", "unusable", "workloads",
+    assert set(summary) == {"gpus", "funnel", "activity_sources", "gpm_restarting", "cost", "unusable", "workloads",
                             "idle_workloads", "service_checks_not_ok", "application_xids"}
     # The kernel's line named the process the application XID of t=20 hit (faults runs no pods: its name).
     assert {"workload": "process python3", "xid": "13", "gpu_index": "1", "count": 1} in summary["application_xids"]
@@ -162,8 +162,12 @@ def test_a_metric_not_sent_shows_as_a_dash(capsys, tmp_path):
     dropped = ["utilization\\.gpu", "memory\\.", "fleet\\.", "cost\\.", "workload\\."]
     config.write_text(yaml.safe_dump({"instances": [{"metric_patterns": {"exclude": dropped}}]}))
     out = check(capsys, "--config", str(config), "--simulate", "dgx-h100")
-    rows = out.split("=== GPUs (8) ===")[1].split("Node:")[0].splitlines()[2:]
-    assert len(rows) == 8 and all(row.split()[2:4] == ["-", "-"] for row in rows), rows
+    table = out.split("=== GPUs (8) ===")[1].split("Node:")[0].splitlines()
+    # Every GPU is an H100: the device is said above the table, and utilization and memory come after the index.
+    assert table[1] == "device of every GPU: nvidia_h100_80gb_hbm3"
+    assert table[2].split()[:3] == ["gpu", "util", "memory"]
+    rows = table[3:]
+    assert len(rows) == 8 and all(row.split()[1:3] == ["-", "-"] for row in rows), rows
     assert "Node: - GPUs: - allocated, - active, - effective; no price" in out
 
 

@@ -111,7 +111,10 @@ def test_a_snapshot_with_a_reading_json_cannot_hold_is_refused(number):
 def test_cli_json(capsys):
     report = json.loads(run_cli(capsys, "--simulate", "dgx-h100", "--json"))
     assert set(report) == {"summary", "metrics", "service_checks", "events", "changes", "runs", "interval",
-                           "timeline_end", "whole_timeline_runs", "xids"}
+                           "timeline_end", "whole_timeline_runs", "xids", "activity_by_run"}
+    # Run 1 has taken GPM's first sample and no more: utilization judges its GPUs, GPM the next run's.
+    assert [(run["run"], run["activity_sources"], run["counters_restarted"]) for run in report["activity_by_run"]] == [
+        (1, {"utilization": 8}, []), (2, {"gpm": 8}, [])]
     assert report["runs"] == [{"run": 1, "at": pytest.approx(0, abs=5)}, {"run": 2, "at": pytest.approx(15, abs=5)}]
     for metric in report["metrics"]:
         assert set(metric) == {"name", "type", "value", "tags"}

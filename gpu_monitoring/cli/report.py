@@ -10,7 +10,9 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from gpu_monitoring.metrics.names import XID_ERRORS
+from gpu_monitoring.cli.run_by_run import tag_dict
+from gpu_monitoring.cli.summary import activity_sources
+from gpu_monitoring.metrics.names import FLEET_DEVICES_TOTAL, XID_ERRORS
 from gpu_monitoring.metrics.spec import NAMESPACE
 from gpu_monitoring.status import Status
 
@@ -66,6 +68,7 @@ def _run(check, runs: int, interval: float, aggregator) -> Tuple["_History", Dic
         errors += _error_messages(check.run())
         history.add(count + 1, _scenario_time(check), _service_checks(aggregator), _events(aggregator),
                     _xid_counts(aggregator))
+        history.add_activity(_activity_sources(aggregator), _counters_restarted(previous, aggregator))
     return history, previous, errors
 
 
@@ -106,6 +109,7 @@ class _History:
         self.events: List[dict] = []
         self.changes: List[dict] = []
         self.xids: List[dict] = []
+        self.activity: List[dict] = []
         self._before: Dict[Tuple, Tuple[str, str]] = {}
 
     def add(self, number: int, at: Optional[float], service_checks: List[dict], events: List[dict],
@@ -121,9 +125,13 @@ class _History:
                 self.changes.append(dict(check, was=was[0] if was else None, **when))
             self._before[key] = now
 
+    def add_activity(self, sources: Dict[str, float], restarted: List[str]) -> None:
+        """What the last run added judged activity by, and the GPUs whose counters it saw start again."""
+        self.activity.append(dict(self.runs[-1], activity_sources=sources, counters_restarted=restarted))
+
     def report(self, interval: float) -> Dict[str, Any]:
         return {"runs": self.runs, "interval": interval, "events": self.events, "changes": self.changes,
-                "xids": self.xids}
+                "xids": self.xids, "activity_by_run": self.activity}
 
 
 def _changed(was: Optional[Tuple[str, str]], now: Tuple[str, str]) -> bool:
@@ -161,6 +169,20 @@ def _counter_values(aggregator) -> Dict[Tuple, float]:
             if stub.type == aggregator.MONOTONIC_COUNT:
                 values[(name, tuple(stub.tags))] = stub.value
     return values
+
+
+def _activity_sources(aggregator) -> Dict[str, float]:
+    name = f"{NAMESPACE}.{FLEET_DEVICES_TOTAL}"
+    return activity_sources([{"name": name, "value": stub.value, "tags": stub.tags}
+                             for stub in aggregator.metrics(name)])
+
+
+def _counters_restarted(previous: Dict[Tuple, float], aggregator) -> List[str]:
+    """The GPUs a counter of went back since the run before: what a driver reload does to the energy
+    counter ("since the driver was last reloaded", nvml.h on nvmlDeviceGetTotalEnergyConsumption) and
+    the volatile ECC counts."""
+    return sorted({tag_dict(tags).get("gpu_index") for (name, tags), value in _counter_values(aggregator).items()
+                   if value < previous.get((name, tags), value)} - {None})
 
 
 def _last_run(aggregator, previous: Dict[Tuple, float]) -> Report:

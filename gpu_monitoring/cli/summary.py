@@ -47,7 +47,8 @@ def summarize(report: Dict[str, Any]) -> Summary:
     return {
         "gpus": _gpus(metrics, report["service_checks"]),
         "funnel": {stage: _total(metrics, metric) for stage, metric in STAGES.items()},
-        "activity_sources": _activity_sources(metrics),
+        "activity_sources": activity_sources(metrics),
+        "gpm_restarting": _gpm_restarting(report.get("activity_by_run", [])),
         "cost": {"hourly": _total(metrics, COST_HOURLY), "idle_hourly": _total(metrics, COST_IDLE_HOURLY),
                  "unallocated_hourly": _total(metrics, FLEET_COST_UNALLOCATED_HOURLY),
                  "unusable_hourly": _total(metrics, FLEET_COST_UNUSABLE_HOURLY)},
@@ -178,7 +179,7 @@ def _per_gpu(metrics: List[dict], name: str) -> Dict[str, float]:
     }
 
 
-def _activity_sources(metrics: List[dict]) -> Dict[str, float]:
+def activity_sources(metrics: List[dict]) -> Dict[str, float]:
     """How many GPUs each activity source judges (`activity_source` on the funnel's total)."""
     found: Dict[str, float] = defaultdict(float)
     for series in _series(metrics, FLEET_DEVICES_TOTAL):
@@ -186,6 +187,18 @@ def _activity_sources(metrics: List[dict]) -> Dict[str, float]:
         if source is not None:
             found[source] += series["value"]
     return dict(found)
+
+
+def _gpm_restarting(runs: List[dict]) -> int:
+    """How many GPUs GPM judged the run before and not the last, whose counters started again in between:
+    GPM gives the averages between two samples (nvml.h, nvmlGpmMetricsGet), and a driver reload loses the
+    earlier one, so the first run after it takes a sample and nothing more. The run cannot take both: NVML
+    wants them over 100 ms apart ("due to the internal sample refresh rate", NVML API reference, GPM
+    Functions)."""
+    if len(runs) < 2 or not runs[-1]["counters_restarted"]:
+        return 0
+    lost = runs[-2]["activity_sources"].get("gpm", 0) - runs[-1]["activity_sources"].get("gpm", 0)
+    return int(min(max(lost, 0), len(runs[-1]["counters_restarted"])))
 
 
 def _total(metrics: List[dict], name: str) -> Optional[float]:
@@ -209,25 +222,62 @@ def _by_index(item: Tuple[str, tuple]) -> Tuple[int, str]:
 
 # --- text --------------------------------------------------------------------------------
 
-# Who holds a GPU is the one column of free text: the last, where it can go on below.
-_GPU_HEADER = ("gpu", "device", "util", "memory", "health", "cost", "idle cost", "held by")
-_GPU_ROW = "{:<3} {:<22} {:>5} {:>14}  {:<8} {:>9} {:>9}  {}"
-_HOLDERS_INDENT = 3 + 1 + 22 + 1 + 5 + 1 + 14 + 2 + 8 + 1 + 9 + 1 + 9 + 2
+# Who holds a GPU is the one column of free text: the last, where it can go on below. Each other column
+# is as wide as its widest cell, and the device, the same on most nodes, is said once above the table.
+_GPU_COLUMNS = (("gpu", "<"), ("device", "<"), ("util", ">"), ("memory", ">"), ("health", "<"), ("cost", ">"),
+                ("idle cost", ">"))
+# The index sits one space from the utilization, right-aligned after it; other columns two apart.
+_NARROW_GAP_AFTER = ("gpu",)
+_HOLDER_HEADER = "held by"
+# Holders too long for the room right of the columns go under the row, from here.
+_UNDER_ROW = "    held by "
 _WORKLOAD_ROW = "{:<40} {:>6} {:>9} {:>9}"
 _PROBLEM_ROW = "{:<22} {:<9} {:<7} {}"
 _MESSAGE_INDENT = 22 + 1 + 9 + 1 + 7 + 1
 
 
 def _gpu_lines(gpus: List[dict], width: Optional[int]) -> List[str]:
-    lines = [f"=== GPUs ({len(gpus)}) ===", *fit(_GPU_ROW.format(*_GPU_HEADER), width, _HOLDERS_INDENT)]
-    for gpu in gpus:
-        row = _GPU_ROW.format(
-            gpu["gpu_index"], gpu["device"], human(UTILIZATION_GPU, gpu["utilization_gpu"]),
-            _memory(gpu["memory_used"], gpu["memory_total"]), gpu["health"],
-            _money(gpu["cost_hourly"]), _money(gpu["cost_idle_hourly"]), _holder_text(gpu["held_by"]),
-        )
-        lines += fit(row, width, _HOLDERS_INDENT)
+    """The table of GPUs: at `width` a row keeps to one line where its holders fit beside it, two
+    holders that do not take a line each, and a holder longer than the room goes on a line under the row."""
+    lines = [f"=== GPUs ({len(gpus)}) ==="]
+    models = {gpu["device"] for gpu in gpus}
+    columns = [name for name, _ in _GPU_COLUMNS if name != "device" or len(models) > 1]
+    if len(models) == 1:
+        lines.append(f"device of every GPU: {next(iter(models))}")
+    rows = [_gpu_cells(gpu) for gpu in gpus]
+    widths = {name: max([len(name)] + [len(row[name]) for row in rows]) for name in columns}
+    align, gaps = dict(_GPU_COLUMNS), {name: 1 if name in _NARROW_GAP_AFTER else 2 for name in columns}
+
+    def line(cells: Dict[str, str], holders: str) -> str:
+        text = "".join(f"{cells[name]:{align[name]}{widths[name]}}" + " " * gaps[name] for name in columns)
+        return (text + holders).rstrip()
+
+    indent = sum(widths[name] + gaps[name] for name in columns)
+    lines.append(line({name: name for name in columns}, _HOLDER_HEADER))
+    room = None if width is None else width - indent
+    for gpu, cells in zip(gpus, rows):
+        held = _holder_cells(gpu["held_by"], room)
+        if room is not None and max(map(len, held)) > room:
+            lines.append(line(cells, ""))
+            lines += fit(_UNDER_ROW + _holder_text(gpu["held_by"]), width, len(_UNDER_ROW))
+            continue
+        lines.append(line(cells, held[0]))
+        lines += [" " * indent + more for more in held[1:]]
     return lines
+
+
+def _gpu_cells(gpu: dict) -> Dict[str, str]:
+    return {"gpu": gpu["gpu_index"], "device": gpu["device"], "util": human(UTILIZATION_GPU, gpu["utilization_gpu"]),
+            "memory": _memory(gpu["memory_used"], gpu["memory_total"]), "health": gpu["health"],
+            "cost": _money(gpu["cost_hourly"]), "idle cost": _money(gpu["cost_idle_hourly"])}
+
+
+def _holder_cells(holders: List[str], room: Optional[int]) -> List[str]:
+    """Who holds a GPU, on one line where it fits `room`, else a holder a line (each but the last with its comma)."""
+    text = _holder_text(holders)
+    if room is None or len(text) <= room or len(holders) < 2 or len(holders) > MAX_HOLDERS_NAMED:
+        return [text]
+    return [holder + "," for holder in holders[:-1]] + holders[-1:]
 
 
 def _node_line(summary: Summary) -> str:
@@ -236,7 +286,7 @@ def _node_line(summary: Summary) -> str:
     usable = f"{funnel['total']} of {summary['funnel']['total'] + unusable:.0f} GPUs usable" if unusable else \
         f"{funnel['total']} GPUs"
     counts = (f"{usable}: {funnel['allocated']} allocated, {funnel['active']} active, "
-              f"{funnel['effective']} effective{_basis(summary['activity_sources'])}")
+              f"{funnel['effective']} effective{_basis(summary['activity_sources'], summary['gpm_restarting'])}")
     cost = summary["cost"]
     if cost["hourly"] is None:
         return f"Node: {counts}; {NO_PRICE}"
@@ -249,11 +299,19 @@ def _node_line(summary: Summary) -> str:
     return line
 
 
-def _basis(sources: Dict[str, float]) -> str:
-    """What the active and effective counts rest on, by how many GPUs: `(activity: dcgm 8)`."""
+def _basis(sources: Dict[str, float], gpm_restarting: int) -> str:
+    """What the active and effective counts rest on, by how many GPUs: `(activity: dcgm 8)`; and why GPUs
+    GPM judged the run before rest on another this run."""
     if not sources:
         return ""
-    return " (activity: " + ", ".join(f"{source} {count:.0f}" for source, count in sorted(sources.items())) + ")"
+    basis = ", ".join(f"{source} {count:.0f}" for source, count in sorted(sources.items()))
+    if gpm_restarting:
+        basis += f"; GPM restarts after the driver reload and measures {_gpus_text(gpm_restarting)} again next run"
+    return f" (activity: {basis})"
+
+
+def _gpus_text(count: int) -> str:
+    return "1 GPU" if count == 1 else f"{count} GPUs"
 
 
 def _problem_lines(problems: List[dict], count: int, width: Optional[int]) -> List[str]:
