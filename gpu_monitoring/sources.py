@@ -30,7 +30,6 @@ SIDECAR_CURSOR = "sidecar_event_cursor"
 KERNEL_CURSOR = "kernel_log_cursor"
 
 
-
 class Cursor(NamedTuple):
     """How far this check has read which journal, as kept in the persistent cache."""
 
@@ -62,15 +61,14 @@ class LocalSource:
     The kernel's log is read whether NVML answers or not (`kernel_events`); its cursor is handed to
     `save_kernel_cursor` once a run submitted what it read."""
 
-    def __init__(self, open_reader: Callable[[], "NodeReader"], kernel: Optional[KernelEvents] = None,
-                 save_kernel_cursor: Callable[[str], None] = lambda _: None,
-                 hardware: Optional[HardwareReader] = None):
+    def __init__(self, open_reader: Callable[[], "NodeReader"], kernel: KernelEvents,
+                 save_kernel_cursor: Callable[[str], None], hardware: HardwareReader):
         self._open = open_reader
         self._hardware = hardware
         self.reader: Optional[NodeReader] = None
         self.kernel = kernel
         self.save_kernel_cursor = save_kernel_cursor
-        self._kernel_saved = kernel.committed if kernel is not None else None
+        self._kernel_saved = kernel.committed
 
     def read(self) -> Snapshot:
         if self.reader is None:
@@ -79,7 +77,7 @@ class LocalSource:
             except MissingPackage as e:
                 raise LibraryUnavailable(str(e)) from None
         snapshot = self.reader.read()
-        snapshot.events += self.kernel_events(snapshot.node)
+        snapshot.events += self._kernel_events(snapshot.node)
         return snapshot
 
     def read_without_nvml(self) -> Snapshot:
@@ -87,14 +85,11 @@ class LocalSource:
         cannot be read: a driver that brought up none of the GPUs on the bus is the node's fault to tell,
         and the kernel's log may say why."""
         node = Node()
-        if self._hardware is not None:
-            self._hardware.read_into(node)
-        return Snapshot(timestamp=node.read_at or time.time(), node=node, events=self.kernel_events(node))
+        self._hardware.read_into(node)
+        return Snapshot(timestamp=node.read_at, node=node, events=self._kernel_events(node))
 
-    def kernel_events(self, node: Node) -> List[Event]:
+    def _kernel_events(self, node: Node) -> List[Event]:
         """The kernel's events not yet submitted, and into `node` why the log cannot be read, if it cannot."""
-        if self.kernel is None:
-            return []
         events = [load(Event, raw, "kernel event") for raw in self.kernel.read()]
         node.kernel_log_problem = self.kernel.problem
         return events
@@ -103,17 +98,15 @@ class LocalSource:
         """This run's events reached the Agent: the node reader and the kernel's log stop handing them out."""
         if self.reader is not None:
             self.reader.acknowledge()
-        if self.kernel is not None:
-            self.kernel.acknowledge()
-            if self.kernel.committed != self._kernel_saved:
-                self.save_kernel_cursor(self.kernel.committed.dumps())
-                self._kernel_saved = self.kernel.committed
+        self.kernel.acknowledge()
+        if self.kernel.committed != self._kernel_saved:
+            self.save_kernel_cursor(self.kernel.committed.dumps())
+            self._kernel_saved = self.kernel.committed
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
-        if self.kernel is not None:
-            self.kernel.close()
+        self.kernel.close()
 
 
 class SidecarSource:

@@ -59,16 +59,17 @@ def _run(check, runs: int, interval: float, aggregator) -> Tuple["_History", Dic
         # Scenario time moves by the runs' intervals alone: a run sees its scenario time's faults,
         # however long the runs before it took.
         check.simulated_node.nvml.clock.set_speed(0)
-    history, previous, errors = _History(), {}, []
+    history, previous, counters, errors = _History(), {}, {}, []
     for count in range(runs):
         if count:
             _wait(check, interval)
-            previous = _counter_values(aggregator)
+            previous = counters
         aggregator.reset()
         errors += _error_messages(check.run())
+        counters = _counter_values(aggregator)
         history.add(count + 1, _scenario_time(check), _service_checks(aggregator), _events(aggregator),
                     _xid_counts(aggregator))
-        history.add_activity(_activity_sources(aggregator), _counters_restarted(previous, aggregator))
+        history.add_activity(_activity_sources(aggregator), _counters_restarted(previous, counters))
     return history, previous, errors
 
 
@@ -177,11 +178,11 @@ def _activity_sources(aggregator) -> Dict[str, float]:
                              for stub in aggregator.metrics(name)])
 
 
-def _counters_restarted(previous: Dict[Tuple, float], aggregator) -> List[str]:
+def _counters_restarted(previous: Dict[Tuple, float], counters: Dict[Tuple, float]) -> List[str]:
     """The GPUs a counter of went back since the run before: what a driver reload does to the energy
     counter ("since the driver was last reloaded", nvml.h on nvmlDeviceGetTotalEnergyConsumption) and
     the volatile ECC counts."""
-    return sorted({tag_dict(tags).get("gpu_index") for (name, tags), value in _counter_values(aggregator).items()
+    return sorted({tag_dict(tags).get("gpu_index") for (name, tags), value in counters.items()
                    if value < previous.get((name, tags), value)} - {None})
 
 

@@ -15,13 +15,14 @@ from typing import AbstractSet, Dict, Iterable, List, NamedTuple, Optional, Sequ
 
 from datadog_checks.base import AgentCheck
 from datadog_checks.base.agent import aggregator
+from datadog_checks.base.checks.base import ONE_PER_CONTEXT_METRIC_TYPES
 
 from gpu_monitoring.metrics.spec import SPEC
 
-# The aggregator's types of the spec's; a gauge, a rate and a monotonic count are limited once per
-# series, a count by its context (datadog_checks.base's ONE_PER_CONTEXT_METRIC_TYPES).
+# The aggregator's types of the spec's.
 _TYPES = {"gauge": aggregator.GAUGE, "monotonic_count": aggregator.MONOTONIC_COUNT, "count": aggregator.COUNT}
-_LIMITED_PER_CALL = frozenset((aggregator.GAUGE, aggregator.RATE, aggregator.MONOTONIC_COUNT))
+# What the base class's limiter counts once a call (a gauge, a rate, a monotonic count); a count by its context.
+_LIMITED_PER_CALL = frozenset(ONE_PER_CONTEXT_METRIC_TYPES)
 # Distinct tag lists kept at once: a node's GPUs, MIG instances, links and processes under a few
 # holders each stay far below it; past it (processes coming and going for days) all are dropped.
 _TAG_LISTS_KEPT = 20_000

@@ -106,7 +106,7 @@ class Submitter:
         self._holder_tags = HolderTags(self.tagger)
         self._sink.open()
         self.send(DEVICES_COUNT, len(snapshot.devices), self.base_tags)
-        self.submit_node(node)
+        submit_node(self.check, self.send, node, self.base_tags)
         own_tags, held_tags = {}, {}
         for device in snapshot.devices:
             own, held = self._device(device, snapshot, healths[device.index], attribution)
